@@ -1,0 +1,15 @@
+//! The vocabulary every other Crewlet crate speaks: agent ids, the event
+//! envelope and its catalogue of types and categories, and W3C trace context.
+//!
+//! This crate owns no I/O and depends on no other crewlet crate. Routing
+//! (topics) belongs to `crewlet-queue`, storage to `crewlet-store`.
+
+mod agent_id;
+mod event;
+mod event_type;
+mod trace;
+
+pub use agent_id::{AGENT_ID_NAMESPACE, AgentId};
+pub use event::Event;
+pub use event_type::{Category, EventType};
+pub use trace::{SpanId, TraceContext, TraceId, TraceParseError};

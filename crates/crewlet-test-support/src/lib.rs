@@ -1,0 +1,8 @@
+//! Dev-only support for Crewlet's tests. Never a dependency of shipped code.
+//!
+//! [`services`] finds the real PostgreSQL and Pulsar started by
+//! `cargo xtask services up`, and enforces the project rule: a test that needs
+//! a service may skip on a laptop without it, but under `CI=true` a missing
+//! service is a failure.
+
+pub mod services;

@@ -1,0 +1,119 @@
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// DSN of the test PostgreSQL (`CREWLET_TEST_DATABASE_URL`, default: the one
+/// `cargo xtask services up` starts).
+pub fn postgres_dsn() -> String {
+    std::env::var("CREWLET_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:55432/postgres".to_owned())
+}
+
+/// URL of the test Pulsar broker (`CREWLET_TEST_PULSAR_URL`).
+pub fn pulsar_url() -> String {
+    std::env::var("CREWLET_TEST_PULSAR_URL")
+        .unwrap_or_else(|_| "pulsar://127.0.0.1:6650".to_owned())
+}
+
+/// Admin (HTTP) URL of the test Pulsar broker (`CREWLET_TEST_PULSAR_ADMIN_URL`).
+pub fn pulsar_admin_url() -> String {
+    std::env::var("CREWLET_TEST_PULSAR_ADMIN_URL")
+        .unwrap_or_else(|_| "http://127.0.0.1:8080".to_owned())
+}
+
+/// Whether we run under CI, where a missing service fails the test.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// `host:port` of a URL such as `postgres://user@host:port/db` or `pulsar://host:port`.
+fn host_port(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    Some(host_port.to_owned())
+}
+
+fn reachable(url: &str) -> bool {
+    let Some(hp) = host_port(url) else {
+        return false;
+    };
+    let addrs: Vec<SocketAddr> = hp
+        .to_socket_addrs()
+        .map(|a| a.collect())
+        .unwrap_or_default();
+    addrs
+        .iter()
+        .any(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok())
+}
+
+/// Decides what a test does when its service is `url`: `Some(url)` when the
+/// port answers; otherwise panics under CI and returns `None` (skip) elsewhere.
+fn require(what: &str, url: String) -> Option<String> {
+    if reachable(&url) {
+        return Some(url);
+    }
+    let msg = format!("{what} is not reachable at {url}; start it with `cargo xtask services up`");
+    if in_ci() {
+        panic!("CI=true and {msg}");
+    }
+    eprintln!("SKIPPED (not under CI): {msg}");
+    None
+}
+
+/// The PostgreSQL DSN if the server answers; see [`require`] for the CI rule.
+pub fn require_postgres() -> Option<String> {
+    require("PostgreSQL", postgres_dsn())
+}
+
+/// The Pulsar URL if the broker answers; see [`require`] for the CI rule.
+pub fn require_pulsar() -> Option<String> {
+    require("Apache Pulsar", pulsar_url())
+}
+
+/// Skips the calling test (returns early) when the service is absent outside CI.
+///
+/// ```text
+/// let dsn = crewlet_test_support::require!(postgres);
+/// ```
+#[macro_export]
+macro_rules! require {
+    (postgres) => {
+        match $crate::services::require_postgres() {
+            Some(v) => v,
+            None => return,
+        }
+    };
+    (pulsar) => {
+        match $crate::services::require_pulsar() {
+            Some(v) => v,
+            None => return,
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_is_read_from_service_urls() {
+        assert_eq!(
+            host_port("postgres://postgres:pw@127.0.0.1:55432/db?sslmode=disable").as_deref(),
+            Some("127.0.0.1:55432")
+        );
+        assert_eq!(
+            host_port("pulsar://127.0.0.1:6650").as_deref(),
+            Some("127.0.0.1:6650")
+        );
+        assert_eq!(
+            host_port("pulsar+ssl://broker:6651/").as_deref(),
+            Some("broker:6651")
+        );
+    }
+
+    #[test]
+    fn a_closed_port_is_not_reachable() {
+        // Port 1 on loopback is never served in these environments.
+        assert!(!reachable("postgres://127.0.0.1:1/db"));
+    }
+}
