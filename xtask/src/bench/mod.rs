@@ -1,0 +1,128 @@
+//! `cargo xtask bench <name>`: benchmarks that print figures (tests never
+//! assert on wall-clock time).
+//!
+//! Adding a bench: create `xtask/src/bench/<name>.rs` with
+//! `pub struct Args` (deriving `clap::Args`) and `pub fn run(args: Args) ->
+//! anyhow::Result<()>`, then add one line to the [`benches!`] list below. The
+//! helpers here ([`cargo_build_release`], [`release_binary`], [`Stats`]) are
+//! shared.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::{cmd, workspace_root};
+
+/// Declares the bench modules and the `Bench` subcommand enum that
+/// dispatches to them.
+macro_rules! benches {
+    ($($(#[$doc:meta])* $variant:ident => $module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// The benchmarks.
+        #[derive(Debug, clap::Subcommand)]
+        pub enum Bench {
+            $($(#[$doc])* $variant($module::Args),)*
+        }
+
+        impl Bench {
+            pub fn run(self) -> Result<()> {
+                match self {
+                    $(Bench::$variant(args) => $module::run(args),)*
+                }
+            }
+        }
+    };
+}
+
+benches! {
+    /// Wall time of `crewlet validate` on a company file (release build).
+    Validate => validate,
+}
+
+/// `cargo build --release -p <package>` in the workspace root.
+pub fn cargo_build_release(package: &str) -> Result<()> {
+    let mut cargo = cmd::cargo();
+    cargo
+        .current_dir(workspace_root())
+        .args(["build", "--release", "-p", package]);
+    println!("bench: {}", cmd::describe(&cargo));
+    cmd::run(&mut cargo).with_context(|| format!("cannot build {package} in release mode"))
+}
+
+/// Path of a release binary, honouring `CARGO_TARGET_DIR`.
+pub fn release_binary(name: &str) -> PathBuf {
+    target_dir().join("release").join(name)
+}
+
+fn target_dir() -> PathBuf {
+    let root = workspace_root();
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) if Path::new(&dir).is_absolute() => PathBuf::from(dir),
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// Min / median / max of a set of wall times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub min: Duration,
+    pub median: Duration,
+    pub max: Duration,
+    pub runs: usize,
+}
+
+impl Stats {
+    /// `None` for no samples. The median of an even count is the mean of the
+    /// two middle samples.
+    pub fn from_samples(samples: &[Duration]) -> Option<Self> {
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let n = sorted.len();
+        let (&min, &max) = (sorted.first()?, sorted.last()?);
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2
+        };
+        Some(Self {
+            min,
+            median,
+            max,
+            runs: n,
+        })
+    }
+
+    /// `runs=20 min=1.23 ms median=1.50 ms max=2.00 ms`.
+    pub fn to_line(&self) -> String {
+        format!(
+            "runs={} min={:.2} ms median={:.2} ms max={:.2} ms",
+            self.runs,
+            ms(self.min),
+            ms(self.median),
+            ms(self.max)
+        )
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_of_odd_and_even_counts() {
+        let d = Duration::from_millis;
+        let s = Stats::from_samples(&[d(5), d(1), d(3)]).expect("samples");
+        assert_eq!((s.min, s.median, s.max, s.runs), (d(1), d(3), d(5), 3));
+        let s = Stats::from_samples(&[d(4), d(1), d(2), d(8)]).expect("samples");
+        assert_eq!(s.median, Duration::from_millis(3));
+        assert!(Stats::from_samples(&[]).is_none());
+        assert!(s.to_line().starts_with("runs=4 min=1.00 ms median=3.00 ms"));
+    }
+}

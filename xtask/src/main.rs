@@ -1,0 +1,42 @@
+//! `cargo xtask`: see `cargo xtask --help`.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Developer and CI automation for the Crewlet workspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install, start, stop and inspect the local PostgreSQL and Pulsar (127.0.0.1 only).
+    Services {
+        #[command(subcommand)]
+        action: xtask::services::Action,
+    },
+    /// Run the CI checks: rustfmt, clippy (-D warnings) and the whole test suite.
+    Ci,
+    /// Regenerate docs/schema/*.schema.json from the `crewlet schema` command.
+    Schema(xtask::schema::Args),
+    /// Run a benchmark and print its figures.
+    Bench {
+        #[command(subcommand)]
+        bench: xtask::bench::Bench,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Services { action } => xtask::services::run(action),
+        Command::Ci => xtask::ci::run(),
+        Command::Schema(args) => xtask::schema::run(&args),
+        Command::Bench { bench } => bench.run(),
+    }
+}

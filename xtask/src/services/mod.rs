@@ -1,0 +1,98 @@
+//! `cargo xtask services up|down|status|restart-pulsar`: the real PostgreSQL
+//! and Pulsar that tests and manual runs use, on 127.0.0.1 only.
+//! Paths, ports and versions: [`config`].
+
+pub mod config;
+pub mod postgres;
+pub mod process;
+pub mod pulsar;
+
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Subcommand, ValueEnum};
+
+use crate::cmd;
+use config::Layout;
+
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Install (once) and start the services; a no-op for those already running.
+    Up {
+        /// Only this service.
+        #[arg(long, value_enum)]
+        only: Option<Service>,
+    },
+    /// Stop the services (data is kept).
+    Down {
+        /// Only this service.
+        #[arg(long, value_enum)]
+        only: Option<Service>,
+    },
+    /// Print the state of each service.
+    Status,
+    /// Stop and start Pulsar (e.g. to test reconnects).
+    RestartPulsar,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Service {
+    Postgres,
+    Pulsar,
+}
+
+impl Service {
+    fn selected(self, only: Option<Service>) -> bool {
+        only.is_none_or(|o| o == self)
+    }
+}
+
+pub fn run(action: Action) -> Result<()> {
+    let layout = Layout::from_env();
+    match action {
+        Action::Up { only } => up(&layout, only),
+        Action::Down { only } => {
+            if Service::Pulsar.selected(only) {
+                pulsar::down(&layout)?;
+            }
+            if Service::Postgres.selected(only) {
+                postgres::down(&layout)?;
+            }
+            Ok(())
+        }
+        Action::Status => {
+            println!("services dir: {}", layout.root().display());
+            postgres::status(&layout);
+            pulsar::status(&layout)?;
+            print_protoc_hint();
+            Ok(())
+        }
+        Action::RestartPulsar => {
+            pulsar::down(&layout)?;
+            pulsar::up(&layout)
+        }
+    }
+}
+
+fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
+    let started = Instant::now();
+    if Service::Postgres.selected(only) {
+        postgres::up(layout)?;
+    }
+    if Service::Pulsar.selected(only) {
+        pulsar::up(layout)?;
+    }
+    print_protoc_hint();
+    println!("services: up in {:.2} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The `pulsar` crate needs `protoc` at build time.
+fn print_protoc_hint() {
+    if cmd::which("protoc").is_none() {
+        println!(
+            "hint: `protoc` is missing; the Pulsar client crate needs it to build: \
+             apt-get install -y protobuf-compiler"
+        );
+    }
+}
