@@ -272,6 +272,8 @@ fn init_cluster(layout: &Layout) -> Result<()> {
     Ok(())
 }
 
+const START_ATTEMPTS: u32 = 5;
+
 /// `pg_ctl start` and wait until the port answers.
 fn start(layout: &Layout) -> Result<()> {
     let mut options = format!("-p {PG_PORT} -k {PG_SOCKET_DIR}");
@@ -292,8 +294,17 @@ fn start(layout: &Layout) -> Result<()> {
             &options,
             "start",
         ]);
-    if let Err(e) = cmd::output(&mut pg_ctl) {
-        bail!("{e:#}\n{}", log_tail(&layout.pg_log(), 30));
+    // Right after a crash the old postmaster's children may still hold the
+    // data directory for a moment ("lock file postmaster.pid already exists").
+    let mut attempt = 1;
+    while let Err(e) = cmd::output(&mut pg_ctl) {
+        let stale_lock = layout.pg_data().join("postmaster.pid").exists();
+        if !stale_lock || attempt == START_ATTEMPTS {
+            bail!("{e:#}\n{}", log_tail(&layout.pg_log(), 30));
+        }
+        println!("postgres: start attempt {attempt} failed (stale postmaster.pid); retrying");
+        attempt += 1;
+        std::thread::sleep(Duration::from_secs(2));
     }
     wait_for_port(layout, Duration::from_secs(10))
 }
