@@ -20,6 +20,17 @@ fn unreachable(url: &str, why: &str) -> bool {
     true
 }
 
+/// `e: cause: cause ...` (tokio-postgres puts the OS error in the source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
 #[tokio::test]
 async fn pgvector_distance_is_computed() {
     let url = database_url();
@@ -30,7 +41,7 @@ async fn pgvector_distance_is_computed() {
     let (client, connection) = match connect.await {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => {
-            unreachable(&url, &e.to_string());
+            unreachable(&url, &error_chain(&e));
             return;
         }
         Err(_) => {
