@@ -14,6 +14,7 @@ use clap::{Subcommand, ValueEnum};
 
 use crate::cmd;
 use config::Layout;
+use process::DirLock;
 
 #[derive(Debug, Subcommand)]
 pub enum Action {
@@ -50,8 +51,12 @@ impl Service {
 pub fn run(action: Action) -> Result<()> {
     let layout = Layout::from_env();
     match action {
-        Action::Up { only } => up(&layout, only),
+        Action::Up { only } => {
+            let _lock = DirLock::acquire(layout.root())?;
+            up(&layout, only)
+        }
         Action::Down { only } => {
+            let _lock = DirLock::acquire(layout.root())?;
             if Service::Pulsar.selected(only) {
                 pulsar::down(&layout)?;
             }
@@ -63,11 +68,12 @@ pub fn run(action: Action) -> Result<()> {
         Action::Status => {
             println!("services dir: {}", layout.root().display());
             postgres::status(&layout);
-            pulsar::status(&layout)?;
+            pulsar::status(&layout);
             print_protoc_hint();
             Ok(())
         }
         Action::RestartPulsar => {
+            let _lock = DirLock::acquire(layout.root())?;
             pulsar::down(&layout)?;
             pulsar::up(&layout)
         }

@@ -153,7 +153,6 @@ fn install(layout: &Layout) -> Result<()> {
         std::fs::remove_dir_all(&target)
             .with_context(|| format!("cannot remove partial install {}", target.display()))?;
     }
-    create_public_dir(layout.root())?;
     let python =
         cmd::which("python3").context("python3 (with pip) is needed to install PostgreSQL")?;
     println!(
@@ -184,19 +183,6 @@ fn install(layout: &Layout) -> Result<()> {
     }
     // Readable and traversable by the postgres user whatever root's umask is.
     cmd::run(Command::new("chmod").args(["-R", "a+rX"]).arg(&target))?;
-    Ok(())
-}
-
-/// Creates `dir` (and parents) with mode 755.
-fn create_public_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let meta = dir
-        .metadata()
-        .with_context(|| format!("cannot stat {}", dir.display()))?;
-    if meta.permissions().mode() & 0o005 != 0o005 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-            .with_context(|| format!("cannot chmod 755 {}", dir.display()))?;
-    }
     Ok(())
 }
 

@@ -1,9 +1,11 @@
 //! Process and port probes (Linux `/proc`, loopback TCP).
 
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
@@ -79,6 +81,107 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     }
 }
 
+/// Creates `dir` (and parents) and makes it world-traversable (mode 755), as
+/// the postgres user must enter the services root.
+pub fn create_public_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "cannot create {} (set {} to a writable directory)",
+            dir.display(),
+            super::config::SERVICES_DIR_ENV
+        )
+    })?;
+    let meta = dir
+        .metadata()
+        .with_context(|| format!("cannot stat {}", dir.display()))?;
+    if meta.permissions().mode() & 0o005 != 0o005 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("cannot chmod 755 {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// An exclusive lock on the services directory, so that two `cargo xtask
+/// services` runs never start or stop the same service at once. Released on
+/// drop; a lock left by a dead process is taken over.
+#[derive(Debug)]
+pub struct DirLock {
+    path: PathBuf,
+}
+
+impl DirLock {
+    const WAIT: Duration = Duration::from_secs(600);
+    /// A lock file without a pid yet is being written (or was left by a
+    /// crash between create and write): stale after this long.
+    const EMPTY_GRACE: Duration = Duration::from_secs(10);
+
+    pub fn acquire(dir: &Path) -> Result<Self> {
+        create_public_dir(dir)?;
+        let path = dir.join(".xtask.lock");
+        let deadline = Instant::now() + Self::WAIT;
+        let mut announced = false;
+        loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut file) => {
+                    writeln!(file, "{}", std::process::id())
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    return Ok(Self { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot create {}", path.display()));
+                }
+            }
+            let holder = read_pidfile(&path);
+            let stale = match holder {
+                Ok(Some(pid)) => !is_alive(pid),
+                Ok(None) => false, // just released: retry at once
+                Err(_) => path
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                    .is_some_and(|age| age > Self::EMPTY_GRACE),
+            };
+            if stale {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("cannot remove stale {}", path.display()));
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} is still held after {} s; is another `cargo xtask services` stuck?",
+                    path.display(),
+                    Self::WAIT.as_secs()
+                );
+            }
+            if !announced {
+                if let Ok(Some(pid)) = holder {
+                    println!("services: waiting for another `cargo xtask services` (pid {pid})");
+                }
+                announced = true;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Best effort: a leftover file is detected as stale next time.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +191,24 @@ mod tests {
         let me = std::process::id();
         assert!(is_alive(me));
         assert!(!cmdline_contains(me, "definitely-not-in-the-cmdline-4711"));
+    }
+
+    #[test]
+    fn dir_lock_is_exclusive_and_released_on_drop() {
+        let dir = std::env::temp_dir().join(format!("xtask-lock-test-{}", std::process::id()));
+        let lock = DirLock::acquire(&dir).expect("first lock");
+        let lock_file = dir.join(".xtask.lock");
+        assert_eq!(
+            read_pidfile(&lock_file).expect("readable"),
+            Some(std::process::id())
+        );
+        drop(lock);
+        assert!(!lock_file.exists());
+        // A lock left by a dead process is taken over.
+        std::fs::write(&lock_file, "4294967\n").expect("write stale lock");
+        let lock = DirLock::acquire(&dir).expect("stale lock taken over");
+        drop(lock);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
