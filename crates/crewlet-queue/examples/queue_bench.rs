@@ -1,0 +1,2 @@
+//! Queue benchmark (in progress).
+fn main() {}

@@ -1,0 +1,1 @@
+//! Apache Pulsar backend (in progress).
