@@ -1,0 +1,261 @@
+//! Model providers and how a seat chooses among them.
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One named chat model endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LlmProvider {
+    /// The API the endpoint speaks.
+    #[serde(rename = "type")]
+    pub kind: LlmKind,
+    /// Model name sent with every request, e.g. `gpt-4.1` or `claude-sonnet-4-5`.
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// API keys, usually `${VAR}` references. Calls go to the key with the
+    /// fewest calls in flight; a rate-limited or refused key cools down.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// Endpoint base URL; required for `openai-compatible` (vLLM, Ollama,
+    /// LiteLLM, ...), optional otherwise (a proxy or a test server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Per-request timeout.
+    #[serde(default = "default_llm_timeout")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: u64,
+    /// Sampling temperature; the provider's default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 2.0))]
+    pub temperature: Option<f64>,
+    /// Cap on tokens generated per completion; the provider's default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u32>,
+}
+
+fn default_llm_timeout() -> u64 {
+    120
+}
+
+/// Which API an LLM endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LlmKind {
+    /// OpenAI chat completions.
+    Openai,
+    /// Anthropic messages, with prompt caching.
+    Anthropic,
+    /// Any server with an OpenAI-compatible chat completions API at `base_url`.
+    OpenaiCompatible,
+}
+
+impl fmt::Display for LlmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LlmKind::Openai => "openai",
+            LlmKind::Anthropic => "anthropic",
+            LlmKind::OpenaiCompatible => "openai-compatible",
+        })
+    }
+}
+
+/// The embedding model endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsProvider {
+    /// The API the endpoint speaks.
+    #[serde(rename = "type")]
+    pub kind: EmbeddingsKind,
+    /// Embedding model name.
+    #[serde(default = "default_embedding_model")]
+    pub model: String,
+    /// API keys, usually `${VAR}` references.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// Endpoint base URL; required for `openai-compatible`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Vector width the model returns. Must equal the database's
+    /// `providers.database.embedding_dim` (Tier A), fixed at first migration.
+    #[serde(default = "default_embedding_dimensions")]
+    #[schemars(range(min = 1))]
+    pub dimensions: u32,
+    /// Per-request timeout.
+    #[serde(default = "default_embedding_timeout")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: u64,
+}
+
+fn default_embedding_model() -> String {
+    "text-embedding-3-small".into()
+}
+
+fn default_embedding_dimensions() -> u32 {
+    1536
+}
+
+fn default_embedding_timeout() -> u64 {
+    60
+}
+
+/// Which API an embeddings endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmbeddingsKind {
+    /// OpenAI embeddings.
+    Openai,
+    /// Any server with an OpenAI-compatible embeddings API at `base_url`.
+    OpenaiCompatible,
+}
+
+/// A turn phase, for choosing a model per phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Plan,
+    Execute,
+    Review,
+    /// Cheap side work: filtering diary entries, post-turn reflection.
+    Auxiliary,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [Phase::Plan, Phase::Execute, Phase::Review, Phase::Auxiliary];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Plan => "plan",
+            Phase::Execute => "execute",
+            Phase::Review => "review",
+            Phase::Auxiliary => "auxiliary",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One provider name, or a fallback chain tried in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum LlmChoice {
+    /// A provider name from `providers.llm`.
+    One(String),
+    /// Provider names tried in order: when one is unavailable the phase
+    /// restarts on the next.
+    Chain(Vec<String>),
+}
+
+impl LlmChoice {
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            LlmChoice::One(name) => vec![name.as_str()],
+            LlmChoice::Chain(names) => names.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// A seat's model: a provider name, a fallback chain, or a choice per phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum LlmSpec {
+    /// A provider name from `providers.llm`.
+    One(String),
+    /// Provider names tried in order (fallback chain).
+    Chain(Vec<String>),
+    /// A provider (or chain) per phase, with `default` for the rest.
+    Phases(LlmPhases),
+}
+
+/// A provider name or chain per turn phase.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LlmPhases {
+    /// Used by every phase not listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<LlmChoice>,
+    /// Model for Plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<LlmChoice>,
+    /// Model for Execute (the tool loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execute: Option<LlmChoice>,
+    /// Model for Review.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<LlmChoice>,
+    /// Model for side work (diary filtering, reflection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auxiliary: Option<LlmChoice>,
+}
+
+impl LlmPhases {
+    pub fn get(&self, phase: Phase) -> Option<&LlmChoice> {
+        match phase {
+            Phase::Plan => self.plan.as_ref(),
+            Phase::Execute => self.execute.as_ref(),
+            Phase::Review => self.review.as_ref(),
+            Phase::Auxiliary => self.auxiliary.as_ref(),
+        }
+    }
+
+    /// Every `(key, choice)` set in the map, `default` first.
+    pub fn entries(&self) -> Vec<(&'static str, &LlmChoice)> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.default {
+            out.push(("default", d));
+        }
+        for phase in Phase::ALL {
+            if let Some(c) = self.get(phase) {
+                out.push((phase.as_str(), c));
+            }
+        }
+        out
+    }
+}
+
+impl LlmSpec {
+    /// The chain for `phase` from this spec alone: the phase's entry, then
+    /// `default`, or the single name / chain for every phase.
+    pub fn for_phase(&self, phase: Phase) -> Option<Vec<&str>> {
+        match self {
+            LlmSpec::One(name) => Some(vec![name.as_str()]),
+            LlmSpec::Chain(names) => Some(names.iter().map(String::as_str).collect()),
+            LlmSpec::Phases(p) => p.get(phase).or(p.default.as_ref()).map(LlmChoice::names),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_resolves_phase_then_default() {
+        let spec = LlmSpec::Phases(LlmPhases {
+            default: Some(LlmChoice::One("a".into())),
+            plan: Some(LlmChoice::Chain(vec!["b".into(), "c".into()])),
+            ..LlmPhases::default()
+        });
+        assert_eq!(spec.for_phase(Phase::Plan), Some(vec!["b", "c"]));
+        assert_eq!(spec.for_phase(Phase::Review), Some(vec!["a"]));
+        assert_eq!(
+            LlmSpec::One("x".into()).for_phase(Phase::Execute),
+            Some(vec!["x"])
+        );
+        let no_default = LlmSpec::Phases(LlmPhases::default());
+        assert_eq!(no_default.for_phase(Phase::Plan), None);
+    }
+
+    #[test]
+    fn kinds_use_kebab_case_names() {
+        assert_eq!(LlmKind::OpenaiCompatible.to_string(), "openai-compatible");
+        let json = serde_json::to_string(&LlmKind::OpenaiCompatible).unwrap_or_default();
+        assert_eq!(json, "\"openai-compatible\"");
+    }
+}

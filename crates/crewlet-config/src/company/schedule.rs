@@ -1,0 +1,213 @@
+//! Recurring work and the cron syntax it is written in.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A task fired on a cron schedule, at most once per fire time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// Name, unique among the schedules of its unit or role.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Five-field cron expression: minute hour day-of-month month day-of-week,
+    /// e.g. `0 9 * * 1-5`. Names (`MON`, `JAN`), lists, ranges and steps work.
+    pub cron: String,
+    /// What the seat is asked to do when the schedule fires.
+    #[schemars(length(min = 1))]
+    pub task: String,
+    /// IANA time zone the cron expression is read in, e.g. `Europe/Paris`.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// On a unit: who gets the task. On a role: ignored (the role itself).
+    #[serde(default)]
+    pub target: ScheduleTarget,
+    /// Set to `false` to keep the schedule but not fire it.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Time allowed for the turn the schedule starts.
+    #[serde(default = "default_schedule_timeout")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: u64,
+}
+
+fn default_timezone() -> String {
+    "UTC".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_schedule_timeout() -> u64 {
+    180
+}
+
+/// Who receives a unit schedule's task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleTarget {
+    /// The unit's lead (inherited from the parent unit when unset).
+    #[default]
+    Lead,
+    /// Every agent seat of the unit (not of its sub-units).
+    Each,
+}
+
+const FIELDS: [(&str, u32, u32); 5] = [
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
+];
+
+const MONTHS: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// Checks a five-field cron expression; the error says which field is wrong.
+pub fn check_cron(expr: &str) -> Result<(), String> {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    if fields.len() != 5 {
+        return Err(format!(
+            "cron `{expr}` has {} field{}; expected 5 (minute hour day-of-month month day-of-week)",
+            fields.len(),
+            if fields.len() == 1 { "" } else { "s" }
+        ));
+    }
+    for (i, (field, (what, lo, hi))) in fields.iter().zip(FIELDS).enumerate() {
+        let names: &[&str] = match i {
+            3 => &MONTHS,
+            4 => &DAYS,
+            _ => &[],
+        };
+        let first = if i == 3 { 1 } else { 0 };
+        check_field(field, lo, hi, names, first)
+            .map_err(|why| format!("cron `{expr}`: {what} field `{field}` {why}"))?;
+    }
+    Ok(())
+}
+
+fn check_field(field: &str, lo: u32, hi: u32, names: &[&str], first: u32) -> Result<(), String> {
+    for part in field.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (part, None),
+        };
+        if let Some(step) = step {
+            match step.parse::<u32>() {
+                Ok(n) if n >= 1 && n <= hi => {}
+                _ => return Err(format!("has a bad step `{step}`")),
+            }
+        }
+        if range == "*" {
+            continue;
+        }
+        let value = |text: &str| -> Result<u32, String> {
+            if let Ok(n) = text.parse::<u32>() {
+                return if (lo..=hi).contains(&n) {
+                    Ok(n)
+                } else {
+                    Err(format!("has `{n}` outside {lo}-{hi}"))
+                };
+            }
+            let upper = text.to_ascii_uppercase();
+            names
+                .iter()
+                .position(|n| *n == upper)
+                .and_then(|p| u32::try_from(p).ok())
+                .map(|p| p + first)
+                .ok_or_else(|| format!("has `{text}`, which is not a number in {lo}-{hi}"))
+        };
+        match range.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (value(a)?, value(b)?);
+                if a > b {
+                    return Err(format!("has a backwards range `{range}`"));
+                }
+            }
+            None => {
+                value(range)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A loose check of a time zone name: `UTC`, an IANA `Area/Location` name
+/// or a fixed offset like `+02:00`. The scheduler resolves it for real.
+pub fn check_timezone(tz: &str) -> Result<(), String> {
+    let offset = |s: &str| {
+        let b = s.as_bytes();
+        b.len() == 6
+            && (b[0] == b'+' || b[0] == b'-')
+            && b[1..3].iter().all(u8::is_ascii_digit)
+            && b[3] == b':'
+            && b[4..6].iter().all(u8::is_ascii_digit)
+    };
+    let name = |s: &str| {
+        !s.is_empty()
+            && s.split('/').all(|seg| {
+                seg.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                    && seg
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_+-".contains(c))
+            })
+    };
+    if offset(tz) || name(tz) {
+        Ok(())
+    } else {
+        Err(format!(
+            "time zone `{tz}` is not an IANA name (e.g. `Europe/Paris`), `UTC` or an offset like `+02:00`"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_crons_pass() {
+        for expr in [
+            "* * * * *",
+            "0 9 * * 1-5",
+            "*/15 0-6,22-23 1,15 JAN-MAR mon",
+            "30 18 L * *".replace('L', "28").as_str(),
+            "0 0 * * 7",
+        ] {
+            assert_eq!(check_cron(expr), Ok(()), "{expr}");
+        }
+    }
+
+    #[test]
+    fn bad_crons_say_what_is_wrong() {
+        let e = check_cron("0 9 * *").unwrap_err();
+        assert!(e.contains("4 fields"), "{e}");
+        let e = check_cron("61 9 * * *").unwrap_err();
+        assert!(e.contains("minute field"), "{e}");
+        let e = check_cron("0 9 * * FUNDAY").unwrap_err();
+        assert!(e.contains("day of week"), "{e}");
+        assert!(check_cron("0 5-2 * * *").is_err());
+        assert!(check_cron("*/0 * * * *").is_err());
+        assert!(check_cron("@daily").is_err());
+    }
+
+    #[test]
+    fn time_zones_are_checked_loosely() {
+        for tz in [
+            "UTC",
+            "Europe/Paris",
+            "America/Argentina/Buenos_Aires",
+            "Etc/GMT+5",
+            "+02:00",
+        ] {
+            assert_eq!(check_timezone(tz), Ok(()), "{tz}");
+        }
+        for tz in ["", "Europe/", "2/3", "+2:00", "UTC Paris"] {
+            assert!(check_timezone(tz).is_err(), "{tz}");
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Crewlet's configuration: the Tier A bootstrap file (`config.yaml`, read at
+//! start, `CREWLET_*` environment overrides through figment) and the Tier B
+//! company YAML (the org chart, models, tools, integrations), their
+//! validation, `${VAR}` interpolation, the resolved [`Organization`] and the
+//! JSON Schemas and reference docs generated from the types.
+//!
+//! Validation reports every problem in a file at once, each with its YAML
+//! path, line and column: the text is read into a located node tree
+//! (serde-saphyr's parser), walked against the JSON Schema generated from the
+//! types (unknown keys, types, enum values, required keys), deserialized, and
+//! then checked for meaning (handles, managers, leads, references, cron).
+//!
+//! This crate does no I/O beyond reading the files it is given, and never
+//! expands `${VAR}` during validation: [`interpolate`] is called by whoever
+//! builds a provider. Storing company revisions belongs to `crewlet-store`.
+
+mod bootstrap;
+mod check;
+mod company;
+mod docs;
+mod error;
+mod figment_yaml;
+mod interpolate;
+mod organization;
+mod schema;
+mod schema_check;
+mod yaml;
+
+pub use bootstrap::{
+    ApiAuth, ApiConfig, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig, ENV_PREFIX,
+    ENV_SEPARATOR, LogFormat, Observability, QueueConfig, QueueKind, check_bootstrap,
+};
+pub use company::validate::check_company;
+pub use company::{
+    Company, CompanyProviders, ConfluenceIntegration, Contact, EmbeddingsKind, EmbeddingsProvider,
+    GithubIntegration, GitlabIntegration, Integrations, JiraIntegration, Learning, LlmChoice,
+    LlmKind, LlmPhases, LlmProvider, LlmSpec, McpScope, McpServer, McpTransport, Phase,
+    PlaneIntegration, Role, RoleIntegrations, Schedule, ScheduleTarget, Scheduling, SeatAccount,
+    SeatKind, SlackIntegration, SlackSeat, TurnEngine, Unit, UnitIntegrations,
+};
+pub use docs::{configuration_markdown, tier_markdown};
+pub use error::{ConfigError, Problem};
+pub use figment_yaml::SaphyrYaml;
+pub use interpolate::{has_references, interpolate, interpolate_all, process_env};
+pub use organization::{OrgUnit, Organization, Seat, derive_handle, is_valid_handle};
+pub use schema::Tier;
+
+/// Validates a file of either tier (`tier: None` guesses it from the keys,
+/// see [`Tier::detect`]). Reads no environment and touches no network.
+pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
+    let tier = match tier.or_else(|| Tier::detect(text)) {
+        Some(t) => t,
+        None => {
+            let problems = yaml_problems_or(source, text, || {
+                "cannot tell whether this is a company file (`name`, `units`, `roles`) or a bootstrap file (`providers.queue`, `api`, `debug`); pass --tier".into()
+            });
+            return Checked::Undetected(problems);
+        }
+    };
+    match tier {
+        Tier::Company => Checked::Company(check_company(source, text)),
+        Tier::Bootstrap => Checked::Bootstrap(check_bootstrap(source, text)),
+    }
+}
+
+/// The outcome of [`check_file`].
+#[derive(Debug)]
+pub enum Checked {
+    Company(Result<(Company, Organization), Vec<Problem>>),
+    Bootstrap(Result<Bootstrap, Vec<Problem>>),
+    /// The tier could not be guessed (or the text is not YAML).
+    Undetected(Vec<Problem>),
+}
+
+impl Checked {
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            Checked::Company(Err(p)) | Checked::Bootstrap(Err(p)) | Checked::Undetected(p) => p,
+            _ => &[],
+        }
+    }
+}
+
+/// YAML syntax problems if there are any, else one problem with `message`.
+fn yaml_problems_or(source: &str, text: &str, message: impl FnOnce() -> String) -> Vec<Problem> {
+    let parsed = yaml::parse(text);
+    if !parsed.problems.is_empty() {
+        return parsed
+            .problems
+            .into_iter()
+            .map(|p| Problem::new(source, &p.path, Some(p.loc), p.message))
+            .collect();
+    }
+    vec![Problem::new(
+        source,
+        &yaml::YamlPath::root(),
+        None,
+        message(),
+    )]
+}
+
+#[cfg(test)]
+mod dump {
+    #[test]
+    #[ignore]
+    fn dump_schema() {
+        println!("{}", crate::Tier::Company.schema_json());
+        println!("{}", crate::Tier::Bootstrap.schema_json());
+    }
+}
