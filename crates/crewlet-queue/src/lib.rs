@@ -26,7 +26,7 @@ pub use error::{BoxError, HandlerError, QueueError};
 pub use memory::{MemoryBroker, MemoryBrokerOptions, MemoryQueue};
 pub use pattern::TopicPattern;
 #[cfg(feature = "pulsar")]
-// pub use pulsar::{PulsarOptions, PulsarQueue};
+pub use pulsar::{PulsarOptions, PulsarQueue};
 pub use queue::{
     DeadLetter, Delivery, DeliveryOptions, EventHandler, EventQueue, EventStream, FnHandler,
     PublishListener, ShutdownReport, StreamEvent, Subscription, handler_fn,

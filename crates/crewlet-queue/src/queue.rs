@@ -210,12 +210,11 @@ impl Subscription {
     /// and its prefetched messages are back in the subscription.
     pub async fn close(mut self) {
         self.stop.fire();
-        if let Some(task) = self.task.take() {
-            if let Err(e) = task.await {
-                if e.is_panic() {
-                    tracing::error!(topic = %self.topic, group = %self.group, "subscription member panicked");
-                }
-            }
+        if let Some(task) = self.task.take()
+            && let Err(e) = task.await
+            && e.is_panic()
+        {
+            tracing::error!(topic = %self.topic, group = %self.group, "subscription member panicked");
         }
     }
 }

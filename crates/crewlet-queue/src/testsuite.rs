@@ -252,7 +252,7 @@ pub async fn publish_is_delivered_once_and_acked(f: &dyn QueueFactory) {
     assert_exactly_once(&ids(&seen), &published, "publish/ack");
     assert!(
         seen.iter()
-            .all(|d| d.attempt == 1 && &*d.topic == topic && &*d.group == "g")
+            .all(|d| d.attempt == 1 && *d.topic == *topic && &*d.group == "g")
     );
     // In order for a single member.
     assert_eq!(ids(&seen), published, "a single member sees publish order");

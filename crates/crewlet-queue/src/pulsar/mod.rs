@@ -1,1 +1,452 @@
-//! Apache Pulsar backend (in progress).
+//! The Apache Pulsar backend.
+//!
+//! - Topic `persistent://{tenant}/{namespace}/{subject}`; a group is a Shared
+//!   subscription of that name, created at `Earliest`.
+//! - Producers are cached per topic, without batching (inbox and command
+//!   topics need each message on its own); the pulsar client re-creates them
+//!   after a broker restart and `publish` retries 5 times (0.5/1/2/4 s).
+//! - Consumers take `prefetch` (64) messages ahead. There is **no ack
+//!   timeout**: a message is redelivered only when its handler fails or its
+//!   consumer disconnects, so an LLM turn may take as long as it needs.
+//! - A failed message is republished to `retry-{topic}-{group}` with its
+//!   `crewlet-attempt` property incremented and a delivery time `delay` ahead,
+//!   then acknowledged; the group's members consume that retry topic too. The
+//!   attempt count lives in the message, so it survives reconnects. After the
+//!   cap the message goes to `dlq-{topic}-{group}`, kept by the durable group
+//!   [`DEAD_LETTER_GROUP`](crate::topics::DEAD_LETTER_GROUP).
+//! - A supervisor per member re-creates its consumers when the client gives
+//!   up on them (broker down longer than its own retries).
+//! - Streams are non-durable subscriptions (one per matching topic, found by
+//!   listing the namespace every `stream_refresh`): they keep no backlog.
+
+mod member;
+mod options;
+mod stream;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use crewlet_core::Event;
+use pulsar::consumer::InitialPosition;
+use pulsar::producer::Message as OutMessage;
+use pulsar::proto::command_get_topics_of_namespace::Mode;
+use pulsar::{
+    Authentication, ConnectionRetryOptions, ConsumerOptions, OperationRetryOptions, Producer,
+    ProducerOptions, Pulsar, SubType, TokioExecutor,
+};
+use tokio::sync::Mutex as AsyncMutex;
+
+pub use options::PulsarOptions;
+
+use crate::node::{Node, Signal, lock};
+use crate::topics::{self, DEAD_LETTER_GROUP};
+use crate::{
+    BoxError, EventHandler, EventQueue, EventStream, PublishListener, QueueError, ShutdownReport,
+    Subscription,
+};
+
+/// Message property holding the delivery attempt (absent = 1).
+pub const ATTEMPT_PROPERTY: &str = "crewlet-attempt";
+/// Properties of a dead letter: where it failed and why.
+pub const DLQ_TOPIC_PROPERTY: &str = "crewlet-dlq-topic";
+pub const DLQ_GROUP_PROPERTY: &str = "crewlet-dlq-group";
+pub const DLQ_ATTEMPTS_PROPERTY: &str = "crewlet-dlq-attempts";
+pub const DLQ_ERROR_PROPERTY: &str = "crewlet-dlq-error";
+/// The event's id and type, for operators browsing topics.
+pub const EVENT_ID_PROPERTY: &str = "crewlet-event-id";
+pub const EVENT_TYPE_PROPERTY: &str = "crewlet-event-type";
+
+type Client = Pulsar<TokioExecutor>;
+type SharedProducer = Arc<AsyncMutex<Producer<TokioExecutor>>>;
+
+/// A node connected to an Apache Pulsar cluster.
+#[derive(Clone)]
+pub struct PulsarQueue {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) options: PulsarOptions,
+    pub(crate) node: Arc<Node>,
+    producers: std::sync::Mutex<HashMap<String, SharedProducer>>,
+    dead_letter_keepers: AsyncMutex<HashSet<String>>,
+    next_consumer: std::sync::atomic::AtomicU64,
+}
+
+impl PulsarQueue {
+    /// Connects and checks that `{tenant}/{namespace}` exists (a clear error
+    /// naming them if not). Never calls the admin API.
+    pub async fn connect(options: PulsarOptions) -> Result<Self, QueueError> {
+        for (what, value) in [
+            ("tenant", &options.tenant),
+            ("namespace", &options.namespace),
+        ] {
+            if value.is_empty() || value.contains('/') {
+                return Err(QueueError::Config(format!(
+                    "pulsar {what} `{value}` must be a non-empty name without `/`"
+                )));
+            }
+        }
+        let url = options.url.clone();
+        let is_tls = url.starts_with("pulsar+ssl://");
+        if !is_tls && !url.starts_with("pulsar://") {
+            return Err(QueueError::Config(format!(
+                "pulsar url `{url}` must start with pulsar:// or pulsar+ssl://"
+            )));
+        }
+        let mut builder = Pulsar::builder(url.clone(), TokioExecutor)
+            .with_connection_retry_options(ConnectionRetryOptions {
+                min_backoff: Duration::from_millis(100),
+                max_backoff: options.reconnect_max_backoff,
+                max_retries: 6,
+                connection_timeout: options.operation_timeout,
+                keep_alive: Duration::from_secs(30),
+                ..ConnectionRetryOptions::default()
+            })
+            .with_operation_retry_options(OperationRetryOptions {
+                operation_timeout: options.operation_timeout,
+                retry_delay: Duration::from_millis(500),
+                max_retries: Some(3),
+            })
+            .with_outbound_channel_size(10_000);
+        if let Some(token) = &options.auth_token {
+            builder = builder.with_auth(Authentication {
+                name: "token".into(),
+                data: token.clone().into_bytes(),
+            });
+        }
+        if let Some(path) = &options.tls_trust_certs_path {
+            if !is_tls {
+                tracing::warn!(%url, "tls_trust_certs_path is set but the url is not pulsar+ssl://; it is ignored");
+            }
+            builder = builder.with_certificate_chain_file(path).map_err(|e| {
+                QueueError::Config(format!(
+                    "cannot read pulsar tls_trust_certs_path `{}`: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        let connect = tokio::time::timeout(options.operation_timeout * 3, builder.build());
+        let client = match connect.await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                return Err(QueueError::Connect {
+                    url,
+                    source: Box::new(e),
+                });
+            }
+            Err(_) => {
+                return Err(QueueError::Connect {
+                    url,
+                    source: "timed out connecting".into(),
+                });
+            }
+        };
+        check_namespace(&client, &options).await?;
+        tracing::info!(%url, tenant = %options.tenant, namespace = %options.namespace, "connected to pulsar");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                node: Arc::new(Node::new(options.delivery.clone())),
+                options,
+                producers: std::sync::Mutex::new(HashMap::new()),
+                dead_letter_keepers: AsyncMutex::new(HashSet::new()),
+                next_consumer: std::sync::atomic::AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn options(&self) -> &PulsarOptions {
+        &self.inner.options
+    }
+}
+
+/// Fails with the broker's own error when the namespace is missing or not ours.
+async fn check_namespace(client: &Client, options: &PulsarOptions) -> Result<(), QueueError> {
+    let ns = format!("{}/{}", options.tenant, options.namespace);
+    let probe = options.full_topic("crewlet.startup-probe");
+    let missing = |source: BoxError| QueueError::NamespaceNotFound {
+        url: options.url.clone(),
+        tenant: options.tenant.clone(),
+        namespace: options.namespace.clone(),
+        source,
+    };
+    let listed = tokio::time::timeout(
+        options.operation_timeout,
+        client.get_topics_of_namespace(ns, Mode::Persistent),
+    )
+    .await;
+    match listed {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(missing(Box::new(e))),
+        Err(_) => return Err(missing("timed out listing the namespace".into())),
+    }
+    // Listing an absent namespace may answer an empty list; a lookup does not.
+    match tokio::time::timeout(options.operation_timeout, client.lookup_topic(probe)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(missing(Box::new(e))),
+        Err(_) => Err(missing(
+            "timed out looking up a topic of the namespace".into(),
+        )),
+    }
+}
+
+pub(crate) fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Inner {
+    fn producer_for(&self, full_topic: &str) -> Option<SharedProducer> {
+        lock(&self.producers).get(full_topic).cloned()
+    }
+
+    async fn producer(&self, full_topic: &str) -> Result<SharedProducer, pulsar::Error> {
+        if let Some(p) = self.producer_for(full_topic) {
+            return Ok(p);
+        }
+        let producer = self
+            .client
+            .producer()
+            .with_topic(full_topic)
+            .with_options(ProducerOptions {
+                // No batching: each inbox/command message is sent and acknowledged on its own.
+                batch_size: None,
+                block_queue_if_full: true,
+                ..ProducerOptions::default()
+            })
+            .build()
+            .await?;
+        let mut all = lock(&self.producers);
+        Ok(all
+            .entry(full_topic.to_owned())
+            .or_insert_with(|| Arc::new(AsyncMutex::new(producer)))
+            .clone())
+    }
+
+    fn forget_producer(&self, full_topic: &str) {
+        lock(&self.producers).remove(full_topic);
+    }
+
+    async fn send_once(&self, full_topic: &str, message: OutMessage) -> Result<(), BoxError> {
+        let producer = self.producer(full_topic).await?;
+        let receipt = {
+            let mut p = producer.lock().await;
+            p.send_non_blocking(message).await?
+        };
+        receipt.await?;
+        Ok(())
+    }
+
+    /// Sends with the publish retry policy; the error names the topic.
+    pub(crate) async fn send(&self, subject: &str, message: OutMessage) -> Result<(), QueueError> {
+        let full = self.options.full_topic(subject);
+        let attempts = u32::try_from(self.options.publish_backoff.len() + 1).unwrap_or(u32::MAX);
+        let mut last: BoxError = "no attempt made".into();
+        for attempt in 1..=attempts {
+            let sent = tokio::time::timeout(
+                self.options.operation_timeout,
+                self.send_once(&full, message.clone()),
+            )
+            .await;
+            match sent {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => last = e,
+                Err(_) => {
+                    last = format!(
+                        "no broker receipt within {:?}",
+                        self.options.operation_timeout
+                    )
+                    .into()
+                }
+            }
+            // A fresh producer next time, in case this one is wedged.
+            self.forget_producer(&full);
+            if let Some(wait) = self.options.publish_backoff.get(attempt as usize - 1) {
+                tracing::warn!(topic = subject, attempt, error = %last, "publish failed; retrying in {wait:?}");
+                tokio::time::sleep(*wait).await;
+            }
+        }
+        Err(QueueError::Publish {
+            topic: subject.to_owned(),
+            attempts,
+            source: last,
+        })
+    }
+
+    pub(crate) fn consumer_name(&self, group: &str) -> String {
+        let n = self
+            .next_consumer
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}-{group}-{n}", self.options.client_name)
+    }
+
+    /// A Shared consumer of `group` on `subject`, at `Earliest`, without ack timeout.
+    pub(crate) async fn consumer(
+        &self,
+        subject: &str,
+        group: &str,
+    ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, pulsar::Error> {
+        let prefetch = u32::try_from(self.options.delivery.prefetch.max(1)).unwrap_or(64);
+        self.client
+            .consumer()
+            .with_topic(self.options.full_topic(subject))
+            .with_subscription(group)
+            .with_subscription_type(SubType::Shared)
+            .with_consumer_name(self.consumer_name(group))
+            .with_batch_size(prefetch)
+            .with_unacked_message_resend_delay(None)
+            .with_options(
+                ConsumerOptions::default()
+                    .with_initial_position(InitialPosition::Earliest)
+                    .with_receiver_queue_size(prefetch)
+                    .durable(true),
+            )
+            .build()
+            .await
+    }
+
+    /// Makes sure the dead-letter topic has its keeper subscription, so dead
+    /// letters are retained until someone drains them.
+    pub(crate) async fn ensure_dead_letter_keeper(&self, dlq: &str) -> Result<(), pulsar::Error> {
+        let mut kept = self.dead_letter_keepers.lock().await;
+        if kept.contains(dlq) {
+            return Ok(());
+        }
+        let mut c = self.consumer(dlq, DEAD_LETTER_GROUP).await?;
+        let _ = c.close().await;
+        kept.insert(dlq.to_owned());
+        Ok(())
+    }
+}
+
+/// The outgoing message for an event.
+pub(crate) fn event_message(event: &Event, payload: Vec<u8>) -> OutMessage {
+    let mut properties = HashMap::with_capacity(3);
+    properties.insert(EVENT_ID_PROPERTY.to_owned(), event.id.to_string());
+    properties.insert(
+        EVENT_TYPE_PROPERTY.to_owned(),
+        event.event_type.as_str().to_owned(),
+    );
+    OutMessage {
+        payload,
+        properties,
+        event_time: u64::try_from(event.timestamp.timestamp_millis()).ok(),
+        ..OutMessage::default()
+    }
+}
+
+#[async_trait]
+impl EventQueue for PulsarQueue {
+    async fn publish(&self, topic: &str, event: &Event) -> Result<(), QueueError> {
+        let inner = &self.inner;
+        if inner.node.is_shut_down() {
+            return Err(QueueError::ShutDown {
+                operation: "publish to",
+                topic: topic.to_owned(),
+            });
+        }
+        topics::validate_topic(topic)?;
+        let payload = event.to_json().map_err(|e| QueueError::Publish {
+            topic: topic.to_owned(),
+            attempts: 0,
+            source: Box::new(e),
+        })?;
+        inner.send(topic, event_message(event, payload)).await?;
+        inner.node.run_listeners(topic, event).await;
+        Ok(())
+    }
+
+    fn add_publish_listener(&self, listener: Arc<dyn PublishListener>) {
+        self.inner.node.add_listener(listener);
+    }
+
+    async fn subscribe(
+        &self,
+        topic: &str,
+        group: &str,
+        handler: Arc<dyn EventHandler>,
+    ) -> Result<Subscription, QueueError> {
+        if self.inner.node.is_shut_down() {
+            return Err(QueueError::ShutDown {
+                operation: "subscribe to",
+                topic: topic.to_owned(),
+            });
+        }
+        topics::validate_topic(topic)?;
+        topics::validate_group(topic, group)?;
+        let stop = Arc::new(Signal::default());
+        let paused = self.inner.node.pause_switch(topic, group);
+        let consumers = if *paused.borrow() {
+            None
+        } else {
+            Some(member::attach(&self.inner, topic, group).await?)
+        };
+        let guard = self.inner.node.member_guard();
+        let id = guard.id;
+        let m = member::Member {
+            inner: self.inner.clone(),
+            topic: Arc::from(topic),
+            group: Arc::from(group),
+            handler,
+            stop: stop.clone(),
+            paused,
+        };
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            m.run(consumers).await;
+        });
+        self.inner.node.set_abort_handle(id, task.abort_handle());
+        Ok(Subscription::new(topic, group, stop, task))
+    }
+
+    async fn subscribe_stream(&self, pattern: &str) -> Result<EventStream, QueueError> {
+        if self.inner.node.is_shut_down() {
+            return Err(QueueError::ShutDown {
+                operation: "stream",
+                topic: pattern.to_owned(),
+            });
+        }
+        stream::open(&self.inner, pattern).await
+    }
+
+    fn pause(&self, topic: &str, group: &str) -> Result<(), QueueError> {
+        topics::validate_topic(topic)?;
+        topics::validate_group(topic, group)?;
+        self.inner.node.set_paused(topic, group, true);
+        Ok(())
+    }
+
+    fn resume(&self, topic: &str, group: &str) -> Result<(), QueueError> {
+        topics::validate_topic(topic)?;
+        topics::validate_group(topic, group)?;
+        self.inner.node.set_paused(topic, group, false);
+        Ok(())
+    }
+
+    async fn shutdown(&self) -> ShutdownReport {
+        let report = self.inner.node.shutdown_members().await;
+        let producers: Vec<_> = lock(&self.inner.producers)
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in producers {
+            let mut p = p.lock().await;
+            let _ = tokio::time::timeout(self.inner.options.operation_timeout, p.close()).await;
+        }
+        report
+    }
+
+    fn backend(&self) -> &'static str {
+        "pulsar"
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,354 @@
+//! One member of a durable subscription on Pulsar, and its supervisor.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewlet_core::Event;
+use futures::StreamExt;
+use pulsar::TokioExecutor;
+use pulsar::consumer::Message;
+use pulsar::producer::Message as OutMessage;
+use tokio::sync::watch;
+
+use super::{
+    ATTEMPT_PROPERTY, DLQ_ATTEMPTS_PROPERTY, DLQ_ERROR_PROPERTY, DLQ_GROUP_PROPERTY,
+    DLQ_TOPIC_PROPERTY, Inner, now_millis,
+};
+use crate::node::{Signal, Wake, run_handler, wait_while_paused};
+use crate::topics;
+use crate::{DeadLetter, Delivery, EventHandler, QueueError};
+
+type Consumer = pulsar::Consumer<Vec<u8>, TokioExecutor>;
+type Incoming = Message<Vec<u8>>;
+
+/// The member's two consumers: the topic itself and its group's retry topic.
+pub(crate) struct Consumers {
+    main: Consumer,
+    retry: Consumer,
+}
+
+/// Attaches to `(topic, group)` and `(retry-{topic}-{group}, group)`.
+pub(crate) async fn attach(
+    inner: &Inner,
+    topic: &str,
+    group: &str,
+) -> Result<Consumers, QueueError> {
+    let failed = |e: pulsar::Error| QueueError::Subscribe {
+        topic: topic.to_owned(),
+        group: group.to_owned(),
+        source: Box::new(e),
+    };
+    let timeout = |what: &str| QueueError::Subscribe {
+        topic: topic.to_owned(),
+        group: group.to_owned(),
+        source: format!("timed out creating the {what} consumer").into(),
+    };
+    let limit = inner.options.operation_timeout * 2;
+    let main = tokio::time::timeout(limit, inner.consumer(topic, group))
+        .await
+        .map_err(|_| timeout("topic"))?
+        .map_err(failed)?;
+    let retry_topic = topics::retry(topic, group);
+    let retry = tokio::time::timeout(limit, inner.consumer(&retry_topic, group))
+        .await
+        .map_err(|_| timeout("retry"))?
+        .map_err(failed)?;
+    Ok(Consumers { main, retry })
+}
+
+pub(crate) struct Member {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) topic: Arc<str>,
+    pub(crate) group: Arc<str>,
+    pub(crate) handler: Arc<dyn EventHandler>,
+    pub(crate) stop: Arc<Signal>,
+    pub(crate) paused: watch::Receiver<bool>,
+}
+
+/// Why a consuming session ended.
+enum End {
+    /// Closed, or the node shut down.
+    Stop,
+    /// Paused on this node.
+    Paused,
+    /// The client gave up on a consumer (broker gone longer than its retries).
+    Lost,
+}
+
+impl Member {
+    /// Consumes until stopped; re-creates the consumers after pauses and losses.
+    pub(crate) async fn run(mut self, mut consumers: Option<Consumers>) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let mut c = match consumers.take() {
+                Some(c) => c,
+                None => {
+                    if let Wake::Stop =
+                        wait_while_paused(&mut self.paused, &self.stop, &self.inner.node.shutdown)
+                            .await
+                    {
+                        return;
+                    }
+                    match attach(&self.inner, &self.topic, &self.group).await {
+                        Ok(c) => {
+                            tracing::info!(topic = %self.topic, group = %self.group, "consumer attached");
+                            c
+                        }
+                        Err(error) => {
+                            tracing::warn!(topic = %self.topic, group = %self.group, %error, "cannot attach; retrying in {backoff:?}");
+                            if self.sleep_or_stop(backoff).await {
+                                return;
+                            }
+                            backoff = (backoff * 2).min(self.inner.options.reconnect_max_backoff);
+                            continue;
+                        }
+                    }
+                }
+            };
+            backoff = Duration::from_millis(100);
+            let end = self.consume(&mut c).await;
+            match end {
+                End::Stop | End::Paused => detach(c).await,
+                End::Lost => drop(c),
+            }
+            match end {
+                End::Stop => return,
+                End::Paused => {}
+                End::Lost => {
+                    tracing::warn!(topic = %self.topic, group = %self.group, "consumer lost; re-creating it");
+                    if self.sleep_or_stop(backoff).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `true` when stopped during the wait.
+    async fn sleep_or_stop(&self, wait: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => false,
+            () = self.stop.wait() => true,
+            () = self.inner.node.shutdown.wait() => true,
+        }
+    }
+
+    fn should_stop(&self) -> Option<End> {
+        if self.stop.is_set() || self.inner.node.shutdown.is_set() {
+            Some(End::Stop)
+        } else if *self.paused.borrow() {
+            Some(End::Paused)
+        } else {
+            None
+        }
+    }
+
+    async fn consume(&mut self, c: &mut Consumers) -> End {
+        loop {
+            if let Some(end) = self.should_stop() {
+                return end;
+            }
+            let next = tokio::select! {
+                biased;
+                () = self.stop.wait() => return End::Stop,
+                () = self.inner.node.shutdown.wait() => return End::Stop,
+                r = self.paused.wait_for(|p| *p) => {
+                    if r.is_err() { return End::Stop }
+                    return End::Paused;
+                }
+                m = c.retry.next() => (m, true),
+                m = c.main.next() => (m, false),
+            };
+            let (msg, from_retry) = match next {
+                (Some(Ok(msg)), from_retry) => (msg, from_retry),
+                (Some(Err(error)), _) => {
+                    tracing::warn!(topic = %self.topic, group = %self.group, %error, "consumer error");
+                    return End::Lost;
+                }
+                (None, _) => return End::Lost,
+            };
+            let consumer = if from_retry {
+                &mut c.retry
+            } else {
+                &mut c.main
+            };
+            self.handle(consumer, msg).await;
+        }
+    }
+
+    async fn handle(&self, consumer: &mut Consumer, msg: Incoming) {
+        let props: HashMap<&str, &str> = msg
+            .payload
+            .metadata
+            .properties
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        let attempt = props
+            .get(ATTEMPT_PROPERTY)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let dead_letter = dead_letter_of(&props);
+        let event = match Event::from_json(&msg.payload.data) {
+            Ok(e) => Arc::new(e),
+            Err(error) => {
+                // A message no handler can read: dead-letter it at once.
+                tracing::error!(topic = %self.topic, group = %self.group, %error, "undecodable message");
+                let error = format!("undecodable event: {error}");
+                self.dead_letter(consumer, &msg, attempt, &error).await;
+                return;
+            }
+        };
+        let delivery = Delivery {
+            event: event.clone(),
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            attempt,
+            dead_letter,
+        };
+        match run_handler(&*self.handler, delivery).await {
+            Ok(()) => self.ack(consumer, &msg).await,
+            Err(error) => {
+                let error = error.to_string();
+                if attempt > self.inner.options.delivery.max_redeliveries {
+                    self.dead_letter(consumer, &msg, attempt, &error).await;
+                } else {
+                    self.retry_later(consumer, &msg, &event, attempt, &error)
+                        .await;
+                }
+            }
+        }
+    }
+
+    async fn ack(&self, consumer: &mut Consumer, msg: &Incoming) {
+        if let Err(error) = consumer.ack(msg).await {
+            tracing::warn!(topic = %self.topic, group = %self.group, %error, "ack failed; the message may be redelivered");
+        }
+    }
+
+    /// Republishes to the group's retry topic with the next attempt number,
+    /// delivered after the delay; then acks the original.
+    async fn retry_later(
+        &self,
+        consumer: &mut Consumer,
+        msg: &Incoming,
+        event: &Event,
+        attempt: u32,
+        error: &str,
+    ) {
+        let delay = self.inner.options.delivery.redelivery_delay;
+        tracing::debug!(topic = %self.topic, group = %self.group, event_id = %event.id, attempt, error, "handler failed; redelivering after {delay:?}");
+        let mut out = copy_of(msg);
+        out.properties
+            .insert(ATTEMPT_PROPERTY.to_owned(), (attempt + 1).to_string());
+        let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+        out.deliver_at_time = Some(now_millis().saturating_add(delay_ms));
+        let retry_topic = topics::retry(&self.topic, &self.group);
+        match self.inner.send(&retry_topic, out).await {
+            Ok(()) => self.ack(consumer, msg).await,
+            Err(e) => {
+                tracing::error!(topic = %self.topic, group = %self.group, error = %e, "cannot schedule the redelivery; asking the broker to redeliver now");
+                let _ = consumer.nack(msg).await;
+            }
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        consumer: &mut Consumer,
+        msg: &Incoming,
+        attempt: u32,
+        error: &str,
+    ) {
+        let dlq = topics::dlq(&self.topic, &self.group);
+        if let Err(e) = self.inner.ensure_dead_letter_keeper(&dlq).await {
+            tracing::warn!(dlq = %dlq, error = %e, "cannot create the dead-letter keeper subscription");
+        }
+        let mut out = copy_of(msg);
+        out.properties.remove(ATTEMPT_PROPERTY);
+        out.properties
+            .insert(DLQ_TOPIC_PROPERTY.to_owned(), self.topic.to_string());
+        out.properties
+            .insert(DLQ_GROUP_PROPERTY.to_owned(), self.group.to_string());
+        out.properties
+            .insert(DLQ_ATTEMPTS_PROPERTY.to_owned(), attempt.to_string());
+        out.properties.insert(
+            DLQ_ERROR_PROPERTY.to_owned(),
+            error.chars().take(2000).collect(),
+        );
+        match self.inner.send(&dlq, out).await {
+            Ok(()) => {
+                tracing::warn!(topic = %self.topic, group = %self.group, attempts = attempt, dlq = %dlq, "message dead-lettered");
+                self.ack(consumer, msg).await;
+            }
+            Err(e) => {
+                tracing::error!(topic = %self.topic, group = %self.group, error = %e, "cannot dead-letter; asking the broker to redeliver");
+                let _ = consumer.nack(msg).await;
+            }
+        }
+    }
+}
+
+/// The same payload and properties, to republish elsewhere.
+fn copy_of(msg: &Incoming) -> OutMessage {
+    OutMessage {
+        payload: msg.payload.data.clone(),
+        properties: msg
+            .payload
+            .metadata
+            .properties
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect(),
+        event_time: msg.payload.metadata.event_time,
+        ..OutMessage::default()
+    }
+}
+
+fn dead_letter_of(props: &HashMap<&str, &str>) -> Option<Arc<DeadLetter>> {
+    let topic = props.get(DLQ_TOPIC_PROPERTY)?;
+    Some(Arc::new(DeadLetter {
+        topic: (*topic).to_owned(),
+        group: props
+            .get(DLQ_GROUP_PROPERTY)
+            .copied()
+            .unwrap_or_default()
+            .to_owned(),
+        attempts: props
+            .get(DLQ_ATTEMPTS_PROPERTY)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        error: props
+            .get(DLQ_ERROR_PROPERTY)
+            .copied()
+            .unwrap_or_default()
+            .to_owned(),
+    }))
+}
+
+/// Lets queued acks reach the broker, then closes both consumers. Messages
+/// drained here are not acked: the broker redelivers them once we close.
+async fn detach(mut c: Consumers) {
+    // The client's consumer engine may be blocked handing us a prefetched
+    // message, with our last ack queued behind it: read until it is quiet.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < deadline {
+        let quiet = Duration::from_millis(50);
+        let drained = tokio::time::timeout(quiet, async {
+            tokio::select! {
+                m = c.main.next() => m.is_some(),
+                m = c.retry.next() => m.is_some(),
+            }
+        })
+        .await;
+        match drained {
+            Ok(true) => {}
+            _ => break,
+        }
+    }
+    let limit = Duration::from_secs(5);
+    let _ = tokio::time::timeout(limit, c.main.close()).await;
+    let _ = tokio::time::timeout(limit, c.retry.close()).await;
+}
