@@ -300,10 +300,14 @@ impl<'s> Walk<'s> {
             self.enum_problem(node, &allowed, path);
             return None;
         }
-        // Otherwise report the first branch that takes this kind of node.
-        if let Some((_, problems)) = tries.into_iter().find(|(b, _)| self.accepts_kind(b, node)) {
+        // Otherwise report the first branch that takes this kind of node, and
+        // keep what it could read (as for any map with an unknown key).
+        if let Some((branch, problems)) =
+            tries.into_iter().find(|(b, _)| self.accepts_kind(b, node))
+        {
             self.problems.extend(problems);
-            return None;
+            let mut again = Walk::new(self.root);
+            return again.check(node, branch, path);
         }
         let expected: Vec<String> = branches
             .iter()
@@ -463,18 +467,29 @@ pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
         .map(|(_, c)| c)
 }
 
+/// Edit distance counting a swap of two neighbours as one edit
+/// (optimal string alignment), so `prot` is one edit from `port`.
 fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// YAML 1.2 core-schema integers, plus `_` digit separators.
@@ -669,5 +684,6 @@ mod tests {
     fn typos_get_suggestions() {
         assert_eq!(closest("handel", &["handle", "name"]), Some("handle"));
         assert_eq!(closest("zzz", &["handle", "name"]), None);
+        assert_eq!(closest("prot", &["host", "port"]), Some("port"));
     }
 }

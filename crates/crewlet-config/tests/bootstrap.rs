@@ -1,0 +1,199 @@
+//! Tier A: validation of the file alone, and loading with `CREWLET_*`
+//! environment overrides (through figment; `figment::Jail` serializes the
+//! tests that set variables and restores the environment after each).
+
+use std::path::Path;
+
+use crewlet_config::{Bootstrap, ConfigError, LogFormat, QueueKind, check_bootstrap};
+use figment::Jail;
+
+fn load(path: Option<&str>) -> Result<Bootstrap, ConfigError> {
+    Bootstrap::load(path.map(Path::new))
+}
+
+/// Jail closures return figment errors; carry ours as text.
+fn jailed(e: ConfigError) -> figment::Error {
+    figment::Error::from(e.to_string())
+}
+
+#[test]
+fn an_empty_file_is_the_embedded_default() {
+    let b = check_bootstrap("config.yaml", "# nothing here\n").unwrap_or_default();
+    assert_eq!(b, Bootstrap::default());
+    assert!(b.providers.queue.is_none() && b.providers.database.is_none());
+    assert_eq!((b.api.host.as_str(), b.api.port), ("127.0.0.1", 0));
+    assert!(b.api.auth.allow_anonymous_read);
+    assert_eq!(b.observability.log_format, LogFormat::Auto);
+}
+
+#[test]
+fn defaults_fill_a_pulsar_block() {
+    let text = "providers:\n  queue:\n    url: pulsar://b:6650\n  database:\n    dsn: postgres://x\n";
+    let b = check_bootstrap("config.yaml", text).unwrap_or_default();
+    let q = b.providers.queue.unwrap_or_default();
+    assert_eq!(q.kind, QueueKind::Pulsar);
+    assert_eq!((q.tenant.as_str(), q.namespace.as_str()), ("public", "default"));
+    let db = b.providers.database.map(|d| (d.embedding_dim, d.max_connections));
+    assert_eq!(db, Some((1536, 16)));
+}
+
+#[test]
+fn file_rules_are_reported_together_with_lines() {
+    let text = "\
+debug: yes please
+providers:
+  queue:
+    type: pulsar
+  database: {}
+api:
+  port: 70000
+  auth:
+    tokens:
+      - {id: ops, token: a}
+      - {id: ops, token: b}
+    allow_anonymus_read: false
+observability:
+  log_format: xml
+";
+    let problems = check_bootstrap("config.yaml", text).err().unwrap_or_default();
+    let got: Vec<(Option<u32>, &str)> =
+        problems.iter().map(|p| (p.line, p.path.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (Some(1), "debug"),
+            (Some(4), "providers.queue.url"),
+            (Some(5), "providers.database"),
+            (Some(7), "api.port"),
+            (Some(11), "api.auth.tokens[1].id"),
+            (Some(12), "api.auth.allow_anonymus_read"),
+            (Some(14), "observability.log_format"),
+        ],
+        "{problems:#?}"
+    );
+    // Exact messages, compiler style.
+    let text = "\
+providers:
+  queue:
+    type: pulsar
+api:
+  auth:
+    tokens:
+      - {id: ops, token: a}
+      - {id: ops, token: b}
+";
+    let problems = check_bootstrap("config.yaml", text).err().unwrap_or_default();
+    let got: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "config.yaml:3:5: providers.queue.url: a pulsar queue needs `url` (pulsar://HOST:6650 or pulsar+ssl://HOST:6651)",
+            "config.yaml:8:14: api.auth.tokens[1].id: token id `ops` is used twice",
+        ]
+    );
+    let bad_scheme = "providers:\n  queue: {url: 'http://b:6650'}\n";
+    let problems = check_bootstrap("config.yaml", bad_scheme).err().unwrap_or_default();
+    assert!(problems[0].message.contains("must start with pulsar://"), "{problems:?}");
+}
+
+#[test]
+fn environment_overrides_nested_keys() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.yaml",
+            "api:\n  port: 8000\nproviders:\n  database:\n    dsn: postgres://file\n",
+        )?;
+        jail.set_env("CREWLET_PROVIDERS__DATABASE__DSN", "postgres://env");
+        jail.set_env("CREWLET_API__PORT", "9000");
+        jail.set_env("CREWLET_DEBUG", "true");
+        jail.set_env("CREWLET_OBSERVABILITY__LOG_FORMAT", "json");
+        // Not configuration: other tools' CREWLET_* variables are ignored.
+        jail.set_env("CREWLET_UPDATE_DOCS", "1");
+        let b = load(Some("config.yaml")).map_err(jailed)?;
+        assert_eq!(b.providers.database.map(|d| d.dsn).as_deref(), Some("postgres://env"));
+        assert_eq!(b.api.port, 9000);
+        assert!(b.debug);
+        assert_eq!(b.observability.log_format, LogFormat::Json);
+        Ok(())
+    });
+}
+
+#[test]
+fn environment_alone_can_configure_the_queue() {
+    Jail::expect_with(|jail| {
+        jail.set_env("CREWLET_PROVIDERS__QUEUE__URL", "pulsar://broker:6650");
+        jail.set_env("CREWLET_PROVIDERS__QUEUE__TENANT", "acme");
+        let b = load(None).map_err(jailed)?;
+        let q = b.providers.queue.unwrap_or_default();
+        assert_eq!((q.kind, q.url.as_deref()), (QueueKind::Pulsar, Some("pulsar://broker:6650")));
+        assert_eq!(q.tenant, "acme");
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_environment_values_name_the_variable() {
+    Jail::expect_with(|jail| {
+        jail.create_file("config.yaml", "api:\n  port: 8000\n")?;
+        jail.set_env("CREWLET_API__PORT", "eighty");
+        let err = load(Some("config.yaml")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("CREWLET_API__PORT"), "{err}");
+        assert!(err.contains("environment"), "{err}");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.set_env("CREWLET_API__PROT", "1");
+        let err = load(None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("CREWLET_API__PROT"), "{err}");
+        assert!(err.contains("prot"), "{err}");
+        Ok(())
+    });
+}
+
+#[test]
+fn file_problems_keep_their_lines_when_loading() {
+    Jail::expect_with(|jail| {
+        jail.create_file("config.yaml", "debug: false\napi:\n  prot: 1\n")?;
+        let err = load(Some("config.yaml")).err();
+        let problems = err.as_ref().map(ConfigError::problems).unwrap_or_default();
+        assert_eq!(problems.len(), 1);
+        assert_eq!((problems[0].line, problems[0].path.as_str()), (Some(3), "api.prot"));
+        assert!(problems[0].message.contains("did you mean `port`?"));
+        Ok(())
+    });
+    let missing = load(Some("/nonexistent/crewlet/config.yaml")).err();
+    assert!(matches!(missing, Some(ConfigError::Read { .. })), "{missing:?}");
+}
+
+#[test]
+fn references_expand_when_loading_but_not_when_validating() {
+    let text = "api:\n  auth:\n    tokens:\n      - {id: ops, token: '${OPS_TOKEN}'}\n";
+    let checked = check_bootstrap("config.yaml", text).unwrap_or_default();
+    assert_eq!(checked.api.auth.tokens[0].token, "${OPS_TOKEN}");
+    Jail::expect_with(|jail| {
+        jail.create_file("config.yaml", text)?;
+        jail.set_env("OPS_TOKEN", "s3cret");
+        let b = load(Some("config.yaml")).map_err(jailed)?;
+        assert_eq!(b.api.auth.tokens[0].token, "s3cret");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.create_file("config.yaml", text)?;
+        let err = load(Some("config.yaml")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            err,
+            "environment variable `OPS_TOKEN` is not set (referenced at api.auth.tokens[0].token)"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn validation_reads_no_environment() {
+    Jail::expect_with(|jail| {
+        jail.set_env("CREWLET_API__PORT", "not a port");
+        let b = check_bootstrap("config.yaml", "api:\n  port: 8000\n").map_err(|p| format!("{p:?}"))?;
+        assert_eq!(b.api.port, 8000);
+        Ok(())
+    });
+}
