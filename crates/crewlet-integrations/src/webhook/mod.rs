@@ -1,0 +1,174 @@
+//! Inbound webhooks: verification and normalization, one module per source.
+//!
+//! Every source exposes the same three pure functions:
+//! - `verify(headers, body, secret, ..)`: is this request really from the
+//!   source? Constant-time comparisons only; a missing or empty secret is
+//!   [`WebhookError::MissingSecret`], never "accept everything".
+//! - `normalize(headers, body)`: the request as an [`Inbound`], assuming it
+//!   was verified.
+//! - `receive(..)`: `verify` then `normalize`, what the API layer calls.
+//!
+//! The API layer maps a [`WebhookError`] to a status with
+//! [`WebhookError::status_code`] and [`WebhookError::retry_after_secs`].
+
+pub mod confluence;
+pub mod github;
+pub mod gitlab;
+pub mod jira;
+pub mod plane;
+pub mod slack;
+
+mod headers;
+mod json;
+mod mentions;
+mod notification;
+mod signature;
+
+pub use headers::Headers;
+pub use notification::{Inbound, Notification, Source};
+
+/// Why an inbound webhook was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookError {
+    /// The signature or token does not match the body and the secret.
+    #[error("{from} webhook: header {header} does not match the body and the configured secret")]
+    BadSignature {
+        from: Source,
+        header: &'static str,
+    },
+    /// The signed timestamp is too far from now (a replay, or a bad clock).
+    #[error(
+        "{from} webhook: timestamp {timestamp} in header {header} is more than {tolerance_secs} s away from now"
+    )]
+    StaleTimestamp {
+        from: Source,
+        header: &'static str,
+        timestamp: String,
+        tolerance_secs: i64,
+    },
+    /// A header the source always sends is absent or not text.
+    #[error("{from} webhook: header {header} is missing or not valid text")]
+    MissingHeader {
+        from: Source,
+        header: &'static str,
+    },
+    /// The body is not JSON, or lacks a field the source always sends.
+    #[error("{from} webhook: body is not the expected JSON: {reason}")]
+    BadJson { from: Source, reason: String },
+    /// No secret is configured, so nothing can be verified yet.
+    #[error("{from} webhook: no secret is configured; set {key} in the company YAML")]
+    MissingSecret { from: Source, key: &'static str },
+}
+
+/// Headers whose absence means "not authenticated" (401) rather than "malformed" (400).
+const CREDENTIAL_HEADERS: &[&str] = &[
+    slack::SIGNATURE_HEADER,
+    slack::TIMESTAMP_HEADER,
+    github::SIGNATURE_HEADER,
+    gitlab::TOKEN_HEADER,
+    gitlab::WEBHOOK_SIGNATURE_HEADER,
+    gitlab::WEBHOOK_TIMESTAMP_HEADER,
+    gitlab::WEBHOOK_ID_HEADER,
+    plane::SIGNATURE_HEADER,
+    jira::SIGNATURE_HEADER,
+];
+
+impl WebhookError {
+    /// The HTTP status the API answers with: 401 for authentication failures,
+    /// 400 for malformed requests, 503 when no secret is configured.
+    pub fn status_code(&self) -> u16 {
+        match self {
+            WebhookError::BadSignature { .. } | WebhookError::StaleTimestamp { .. } => 401,
+            WebhookError::MissingHeader { header, .. } => {
+                if CREDENTIAL_HEADERS.contains(header) {
+                    401
+                } else {
+                    400
+                }
+            }
+            WebhookError::BadJson { .. } => 400,
+            WebhookError::MissingSecret { .. } => 503,
+        }
+    }
+
+    /// `Retry-After` seconds to send with the status, if any: the sender should
+    /// retry once the operator has configured the secret.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            WebhookError::MissingSecret { .. } => Some(300),
+            _ => None,
+        }
+    }
+
+    /// Which source refused the request.
+    pub fn source(&self) -> Source {
+        match self {
+            WebhookError::BadSignature { from, .. }
+            | WebhookError::StaleTimestamp { from, .. }
+            | WebhookError::MissingHeader { from, .. }
+            | WebhookError::BadJson { from, .. }
+            | WebhookError::MissingSecret { from, .. } => *from,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_the_documented_statuses() {
+        let bad = WebhookError::BadSignature {
+            from: Source::Github,
+            header: github::SIGNATURE_HEADER,
+        };
+        assert_eq!(bad.status_code(), 401);
+        assert_eq!(bad.retry_after_secs(), None);
+        let stale = WebhookError::StaleTimestamp {
+            from: Source::Slack,
+            header: slack::TIMESTAMP_HEADER,
+            timestamp: "1".into(),
+            tolerance_secs: 300,
+        };
+        assert_eq!(stale.status_code(), 401);
+        let missing_sig = WebhookError::MissingHeader {
+            from: Source::Github,
+            header: github::SIGNATURE_HEADER,
+        };
+        assert_eq!(missing_sig.status_code(), 401);
+        let missing_delivery = WebhookError::MissingHeader {
+            from: Source::Github,
+            header: github::DELIVERY_HEADER,
+        };
+        assert_eq!(missing_delivery.status_code(), 400);
+        let json = WebhookError::BadJson {
+            from: Source::Plane,
+            reason: "x".into(),
+        };
+        assert_eq!(json.status_code(), 400);
+        let secret = WebhookError::MissingSecret {
+            from: Source::Jira,
+            key: jira::SECRET_KEY,
+        };
+        assert_eq!(secret.status_code(), 503);
+        assert_eq!(secret.retry_after_secs(), Some(300));
+        assert_eq!(secret.source(), Source::Jira);
+    }
+
+    #[test]
+    fn error_messages_name_the_input_and_the_fix() {
+        let e = WebhookError::MissingSecret {
+            from: Source::Github,
+            key: github::SECRET_KEY,
+        };
+        assert_eq!(
+            e.to_string(),
+            "github webhook: no secret is configured; set integrations.github.webhook_secret in the company YAML"
+        );
+        let e = WebhookError::MissingHeader {
+            from: Source::Slack,
+            header: slack::SIGNATURE_HEADER,
+        };
+        assert!(e.to_string().contains("x-slack-signature"));
+    }
+}
