@@ -6,3 +6,6 @@
 //! service is a failure.
 
 pub mod services;
+
+#[cfg(feature = "postgres")]
+pub mod database;

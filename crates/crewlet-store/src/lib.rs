@@ -1,0 +1,52 @@
+//! Crewlet's PostgreSQL: the connection pool, forward-only migrations, the
+//! operational tables (budgets, company config revisions, webhook dedupe,
+//! thread follows, schedule claims, onboarding markers) and the event store.
+//!
+//! Every repository is a small trait with a PostgreSQL and an in-memory
+//! implementation of the same semantics; one conformance suite per trait
+//! (feature `testsuite`) runs against both. The vector tables (diary,
+//! episodes, skills, profiles) are created here; their repositories live in
+//! `crewlet-memory`. This crate never imports `crewlet-queue`: the engine
+//! registers [`EventStoreWriter::on_publish`] as a publish listener.
+//!
+//! See `docs/store.md` for the schema and the rules.
+
+mod db;
+mod error;
+pub mod events;
+pub mod migrate;
+pub mod partitions;
+pub mod repos;
+mod sql;
+mod stores;
+
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
+
+pub use db::{Database, DatabaseOptions, parse_dsn};
+pub use error::{DbTarget, StoreError};
+pub use events::{
+    BufferedEventStore, BufferedOptions, CompositeEventStore, Cursor, EventPage, EventQuery,
+    EventStore, EventStoreWriter, MemoryEventStore, PostgresEventStore, TokenBreakdown,
+    TokenGroup, TokenTotals,
+};
+pub use migrate::{
+    DEFAULT_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus, Migrator,
+};
+pub use partitions::{TimePartitioning, ensure_partitions};
+pub use repos::config_revisions::{
+    ConfigRevision, ConfigRevisions, MemoryConfigRevisions, NewRevision, PostgresConfigRevisions,
+};
+pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows, ThreadRef};
+pub use repos::ledger::{
+    BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, MemoryTokenLedger,
+    PostgresTokenLedger, TokenLedger, UsageRow, agent_scope,
+};
+pub use repos::onboarding::{
+    MemoryOnboardingMarkers, OnboardingMarker, OnboardingMarkers, PostgresOnboardingMarkers,
+};
+pub use repos::schedules::{
+    MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,
+};
+pub use repos::webhooks::{MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries};
+pub use stores::Stores;

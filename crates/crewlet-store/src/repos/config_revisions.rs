@@ -1,0 +1,409 @@
+//! Versioned company configuration (`company_config`): append-only revisions,
+//! exactly one active, optimistic concurrency on the parent revision (the
+//! API's `If-Match`).
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::db::Database;
+use crate::error::{StoreError, describe, query_err, sqlstate};
+
+/// One stored revision of the company YAML (as JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigRevision {
+    pub revision_id: i64,
+    /// The revision this one was edited from (`None` for the first import).
+    pub parent_revision_id: Option<i64>,
+    pub created_by: String,
+    /// Where it came from, e.g. `cli-import`, `api`, `revert`.
+    pub source: String,
+    pub summary: String,
+    pub payload: serde_json::Value,
+    pub is_active: bool,
+    pub created_at: DateTime<Utc>,
+    pub activated_at: Option<DateTime<Utc>>,
+}
+
+/// A revision to append.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewRevision {
+    /// Must equal the active revision (`None` when nothing is active yet), or
+    /// the create is a [`StoreError::Conflict`]: someone else changed the
+    /// configuration since the caller read it.
+    pub parent_revision_id: Option<i64>,
+    pub created_by: String,
+    pub source: String,
+    pub summary: String,
+    pub payload: serde_json::Value,
+    /// Make it the active revision at once.
+    pub activate: bool,
+}
+
+/// The `what` of every conflict this repository raises.
+pub const CONFIG_CONFLICT: &str = "company config revision";
+
+fn stale(expected: Option<i64>, active: Option<i64>) -> StoreError {
+    let show = |r: Option<i64>| r.map_or_else(|| "none".to_owned(), |r| r.to_string());
+    StoreError::Conflict {
+        what: CONFIG_CONFLICT.to_owned(),
+        reason: format!(
+            "the parent revision is {} but the active revision is {}; reload and retry",
+            show(expected),
+            show(active)
+        ),
+    }
+}
+
+#[async_trait]
+pub trait ConfigRevisions: Send + Sync {
+    /// Appends a revision, checking its parent against the active one.
+    async fn create(&self, new: NewRevision) -> Result<ConfigRevision, StoreError>;
+    /// The active revision, if any.
+    async fn active(&self) -> Result<Option<ConfigRevision>, StoreError>;
+    async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError>;
+    /// Newest first, at most `limit`.
+    async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError>;
+    /// Makes an existing revision the active one.
+    async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError>;
+    /// Appends a copy of `revision_id`'s payload as a new active revision
+    /// (history stays append-only), parented on the current active one.
+    async fn revert(
+        &self,
+        revision_id: i64,
+        created_by: &str,
+        summary: &str,
+    ) -> Result<ConfigRevision, StoreError>;
+}
+
+/// Company configuration revisions in memory.
+#[derive(Debug, Default)]
+pub struct MemoryConfigRevisions {
+    revisions: Mutex<Vec<ConfigRevision>>,
+}
+
+impl MemoryConfigRevisions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ConfigRevision>> {
+        self.revisions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn activate_in(revisions: &mut [ConfigRevision], revision_id: i64) -> Option<ConfigRevision> {
+    if !revisions.iter().any(|r| r.revision_id == revision_id) {
+        return None;
+    }
+    let now = Utc::now();
+    let mut out = None;
+    for r in revisions.iter_mut() {
+        if r.revision_id == revision_id {
+            if !r.is_active {
+                r.is_active = true;
+                r.activated_at = Some(now);
+            }
+            out = Some(r.clone());
+        } else {
+            r.is_active = false;
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl ConfigRevisions for MemoryConfigRevisions {
+    async fn create(&self, new: NewRevision) -> Result<ConfigRevision, StoreError> {
+        let mut revisions = self.lock();
+        let active = revisions.iter().find(|r| r.is_active).map(|r| r.revision_id);
+        if new.parent_revision_id != active {
+            return Err(stale(new.parent_revision_id, active));
+        }
+        let revision_id = revisions.last().map_or(1, |r| r.revision_id + 1);
+        revisions.push(ConfigRevision {
+            revision_id,
+            parent_revision_id: new.parent_revision_id,
+            created_by: new.created_by,
+            source: new.source,
+            summary: new.summary,
+            payload: new.payload,
+            is_active: false,
+            created_at: Utc::now(),
+            activated_at: None,
+        });
+        let created = if new.activate {
+            activate_in(&mut revisions, revision_id)
+        } else {
+            revisions.last().cloned()
+        };
+        created.ok_or_else(|| StoreError::not_found("config revision", revision_id))
+    }
+
+    async fn active(&self) -> Result<Option<ConfigRevision>, StoreError> {
+        Ok(self.lock().iter().find(|r| r.is_active).cloned())
+    }
+
+    async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError> {
+        Ok(self
+            .lock()
+            .iter()
+            .find(|r| r.revision_id == revision_id)
+            .cloned())
+    }
+
+    async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError> {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(self.lock().iter().rev().take(limit).cloned().collect())
+    }
+
+    async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError> {
+        activate_in(&mut self.lock(), revision_id)
+            .ok_or_else(|| StoreError::not_found("config revision", revision_id))
+    }
+
+    async fn revert(
+        &self,
+        revision_id: i64,
+        created_by: &str,
+        summary: &str,
+    ) -> Result<ConfigRevision, StoreError> {
+        let (payload, active) = {
+            let revisions = self.lock();
+            let target = revisions
+                .iter()
+                .find(|r| r.revision_id == revision_id)
+                .ok_or_else(|| StoreError::not_found("config revision", revision_id))?;
+            let active = revisions.iter().find(|r| r.is_active).map(|r| r.revision_id);
+            (target.payload.clone(), active)
+        };
+        self.create(NewRevision {
+            parent_revision_id: active,
+            created_by: created_by.to_owned(),
+            source: "revert".to_owned(),
+            summary: summary.to_owned(),
+            payload,
+            activate: true,
+        })
+        .await
+    }
+}
+
+/// Company configuration revisions in PostgreSQL.
+#[derive(Clone, Debug)]
+pub struct PostgresConfigRevisions {
+    db: Database,
+}
+
+impl PostgresConfigRevisions {
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+}
+
+/// Serializes writers of `company_config` ("crewlet\0c").
+const CONFIG_LOCK_KEY: i64 = 0x6372_6577_6c65_7463;
+
+const COLUMNS: &str = "revision_id, parent_revision_id, created_by, source, summary, payload,
+     is_active, created_at, activated_at";
+
+fn read_revision(r: &tokio_postgres::Row) -> Result<ConfigRevision, StoreError> {
+    let d = |e: tokio_postgres::Error| StoreError::decode("company_config", describe(&e));
+    Ok(ConfigRevision {
+        revision_id: r.try_get(0).map_err(d)?,
+        parent_revision_id: r.try_get(1).map_err(d)?,
+        created_by: r.try_get(2).map_err(d)?,
+        source: r.try_get(3).map_err(d)?,
+        summary: r.try_get(4).map_err(d)?,
+        payload: r.try_get(5).map_err(d)?,
+        is_active: r.try_get(6).map_err(d)?,
+        created_at: r.try_get(7).map_err(d)?,
+        activated_at: r.try_get(8).map_err(d)?,
+    })
+}
+
+async fn activate_tx(
+    tx: &deadpool_postgres::Transaction<'_>,
+    revision_id: i64,
+) -> Result<ConfigRevision, StoreError> {
+    let exists = tx
+        .query_opt(
+            "SELECT 1 FROM company_config WHERE revision_id = $1",
+            &[&revision_id],
+        )
+        .await
+        .map_err(query_err("reading a config revision"))?;
+    if exists.is_none() {
+        return Err(StoreError::not_found("config revision", revision_id));
+    }
+    tx.execute(
+        "UPDATE company_config SET is_active = false WHERE is_active AND revision_id <> $1",
+        &[&revision_id],
+    )
+    .await
+    .map_err(query_err("deactivating the active config revision"))?;
+    let row = tx
+        .query_one(
+            &format!(
+                "UPDATE company_config
+                 SET is_active = true, activated_at = CASE WHEN is_active THEN activated_at ELSE now() END
+                 WHERE revision_id = $1
+                 RETURNING {COLUMNS}"
+            ),
+            &[&revision_id],
+        )
+        .await
+        .map_err(query_err("activating a config revision"))?;
+    read_revision(&row)
+}
+
+impl PostgresConfigRevisions {
+    async fn create_inner(
+        &self,
+        new: &NewRevision,
+        revert_of: Option<i64>,
+    ) -> Result<ConfigRevision, StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(query_err("starting a config revision"))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CONFIG_LOCK_KEY])
+            .await
+            .map_err(query_err("locking company_config"))?;
+        let active: Option<i64> = tx
+            .query_opt("SELECT revision_id FROM company_config WHERE is_active", &[])
+            .await
+            .map_err(query_err("reading the active config revision"))?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(|e| StoreError::decode("company_config", describe(&e)))?;
+        let (parent, payload) = match revert_of {
+            Some(target) => {
+                let row = tx
+                    .query_opt(
+                        "SELECT payload FROM company_config WHERE revision_id = $1",
+                        &[&target],
+                    )
+                    .await
+                    .map_err(query_err("reading a config revision"))?
+                    .ok_or_else(|| StoreError::not_found("config revision", target))?;
+                let payload: serde_json::Value = row
+                    .try_get(0)
+                    .map_err(|e| StoreError::decode("company_config", describe(&e)))?;
+                (active, payload)
+            }
+            None => {
+                if new.parent_revision_id != active {
+                    return Err(stale(new.parent_revision_id, active));
+                }
+                (new.parent_revision_id, new.payload.clone())
+            }
+        };
+        let row = tx
+            .query_one(
+                &format!(
+                    "INSERT INTO company_config (parent_revision_id, created_by, source, summary, payload)
+                     VALUES ($1, $2, $3, $4, $5)
+                     RETURNING {COLUMNS}"
+                ),
+                &[&parent, &new.created_by, &new.source, &new.summary, &payload],
+            )
+            .await
+            .map_err(query_err("inserting a config revision"))?;
+        let mut created = read_revision(&row)?;
+        if new.activate {
+            created = activate_tx(&tx, created.revision_id).await?;
+        }
+        tx.commit().await.map_err(|e| {
+            if sqlstate(&e) == Some("23505") {
+                stale(new.parent_revision_id, None)
+            } else {
+                query_err("committing a config revision")(e)
+            }
+        })?;
+        Ok(created)
+    }
+}
+
+#[async_trait]
+impl ConfigRevisions for PostgresConfigRevisions {
+    async fn create(&self, new: NewRevision) -> Result<ConfigRevision, StoreError> {
+        self.create_inner(&new, None).await
+    }
+
+    async fn active(&self) -> Result<Option<ConfigRevision>, StoreError> {
+        let client = self.db.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM company_config WHERE is_active"),
+                &[],
+            )
+            .await
+            .map_err(query_err("reading the active config revision"))?
+            .map(|r| read_revision(&r))
+            .transpose()
+    }
+
+    async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError> {
+        let client = self.db.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM company_config WHERE revision_id = $1"),
+                &[&revision_id],
+            )
+            .await
+            .map_err(query_err("reading a config revision"))?
+            .map(|r| read_revision(&r))
+            .transpose()
+    }
+
+    async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError> {
+        let client = self.db.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM company_config ORDER BY revision_id DESC LIMIT $1"
+                ),
+                &[&i64::from(limit)],
+            )
+            .await
+            .map_err(query_err("listing config revisions"))?;
+        rows.iter().map(read_revision).collect()
+    }
+
+    async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(query_err("starting a config activation"))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CONFIG_LOCK_KEY])
+            .await
+            .map_err(query_err("locking company_config"))?;
+        let activated = activate_tx(&tx, revision_id).await?;
+        tx.commit()
+            .await
+            .map_err(query_err("committing a config activation"))?;
+        Ok(activated)
+    }
+
+    async fn revert(
+        &self,
+        revision_id: i64,
+        created_by: &str,
+        summary: &str,
+    ) -> Result<ConfigRevision, StoreError> {
+        let new = NewRevision {
+            parent_revision_id: None,
+            created_by: created_by.to_owned(),
+            source: "revert".to_owned(),
+            summary: summary.to_owned(),
+            payload: serde_json::Value::Null,
+            activate: true,
+        };
+        self.create_inner(&new, Some(revision_id)).await
+    }
+}

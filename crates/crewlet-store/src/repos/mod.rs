@@ -1,0 +1,9 @@
+//! Operational tables, one small trait per table group, each with a
+//! PostgreSQL and an in-memory implementation of the same semantics.
+
+pub mod config_revisions;
+pub mod follows;
+pub mod ledger;
+pub mod onboarding;
+pub mod schedules;
+pub mod webhooks;

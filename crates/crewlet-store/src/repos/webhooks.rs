@@ -1,0 +1,130 @@
+//! Webhook delivery dedupe (`webhook_deliveries`): providers retry, and a
+//! delivery must be acted on once.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+
+use crate::db::Database;
+use crate::error::{StoreError, query_err};
+
+/// A repeat of the same `(source, delivery_key)` within this window is a duplicate.
+pub const DUPLICATE_WINDOW: Duration = Duration::minutes(5);
+/// Rows older than this are deleted by [`WebhookDeliveries::gc`].
+pub const DELIVERY_RETENTION: Duration = Duration::minutes(20);
+
+#[async_trait]
+pub trait WebhookDeliveries: Send + Sync {
+    /// Claims a delivery seen at `at`: `true` the first time, `false` for a
+    /// repeat within [`DUPLICATE_WINDOW`] of the last claim.
+    async fn claim_at(
+        &self,
+        source: &str,
+        delivery_key: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Deletes claims older than [`DELIVERY_RETENTION`] before `at`; returns how many.
+    async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// [`claim_at`](Self::claim_at) now.
+    async fn claim(&self, source: &str, delivery_key: &str) -> Result<bool, StoreError> {
+        self.claim_at(source, delivery_key, Utc::now()).await
+    }
+
+    /// [`gc_at`](Self::gc_at) now.
+    async fn gc(&self) -> Result<u64, StoreError> {
+        self.gc_at(Utc::now()).await
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct MemoryWebhookDeliveries {
+    seen: Mutex<HashMap<(String, String), DateTime<Utc>>>,
+}
+
+impl MemoryWebhookDeliveries {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl WebhookDeliveries for MemoryWebhookDeliveries {
+    async fn claim_at(
+        &self,
+        source: &str,
+        delivery_key: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (source.to_owned(), delivery_key.to_owned());
+        match seen.get(&key) {
+            Some(last) if *last > at - DUPLICATE_WINDOW => Ok(false),
+            _ => {
+                seen.insert(key, at);
+                Ok(true)
+            }
+        }
+    }
+
+    async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let before = seen.len();
+        seen.retain(|_, t| *t >= at - DELIVERY_RETENTION);
+        Ok(u64::try_from(before - seen.len()).unwrap_or(u64::MAX))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PostgresWebhookDeliveries {
+    db: Database,
+}
+
+impl PostgresWebhookDeliveries {
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+}
+
+#[async_trait]
+impl WebhookDeliveries for PostgresWebhookDeliveries {
+    async fn claim_at(
+        &self,
+        source: &str,
+        delivery_key: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let client = self.db.client().await?;
+        let window_start = at - DUPLICATE_WINDOW;
+        // Inserted, or re-claimed because the last claim left the window:
+        // either way a row comes back; a duplicate returns none.
+        let row = client
+            .query_opt(
+                "INSERT INTO webhook_deliveries (source, delivery_key, seen_at)
+                 VALUES ($1, $2, $3)
+                 ON CONFLICT (source, delivery_key) DO UPDATE SET seen_at = EXCLUDED.seen_at
+                 WHERE webhook_deliveries.seen_at <= $4
+                 RETURNING 1",
+                &[&source, &delivery_key, &at, &window_start],
+            )
+            .await
+            .map_err(query_err(format!(
+                "claiming webhook delivery `{source}`/`{delivery_key}`"
+            )))?;
+        Ok(row.is_some())
+    }
+
+    async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {
+        let client = self.db.client().await?;
+        client
+            .execute(
+                "DELETE FROM webhook_deliveries WHERE seen_at < $1",
+                &[&(at - DELIVERY_RETENTION)],
+            )
+            .await
+            .map_err(query_err("deleting old webhook deliveries"))
+    }
+}

@@ -1,0 +1,77 @@
+use std::sync::Arc;
+
+use crate::db::Database;
+use crate::events::{CompositeEventStore, EventStore, MemoryEventStore, PostgresEventStore};
+use crate::migrate::{MigrationOptions, MigrationReport, Migrator};
+use crate::repos::config_revisions::{
+    ConfigRevisions, MemoryConfigRevisions, PostgresConfigRevisions,
+};
+use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
+use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
+use crate::repos::onboarding::{
+    MemoryOnboardingMarkers, OnboardingMarkers, PostgresOnboardingMarkers,
+};
+use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, ScheduledRuns};
+use crate::repos::webhooks::{
+    MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
+};
+use crate::error::StoreError;
+
+/// Every repository behind its trait, ready for the engine and the API.
+#[derive(Clone)]
+pub struct Stores {
+    /// `None` for the in-memory set.
+    pub database: Option<Database>,
+    /// Composite (memory + PostgreSQL) or memory alone.
+    pub events: Arc<dyn EventStore>,
+    pub ledger: Arc<dyn TokenLedger>,
+    pub config: Arc<dyn ConfigRevisions>,
+    pub webhooks: Arc<dyn WebhookDeliveries>,
+    pub follows: Arc<dyn ThreadFollows>,
+    pub schedules: Arc<dyn ScheduledRuns>,
+    pub onboarding: Arc<dyn OnboardingMarkers>,
+}
+
+impl Stores {
+    /// In-process stores: nothing survives a restart.
+    pub fn memory() -> Self {
+        Self {
+            database: None,
+            events: Arc::new(MemoryEventStore::new()),
+            ledger: Arc::new(MemoryTokenLedger::new()),
+            config: Arc::new(MemoryConfigRevisions::new()),
+            webhooks: Arc::new(MemoryWebhookDeliveries::new()),
+            follows: Arc::new(MemoryThreadFollows::new()),
+            schedules: Arc::new(MemoryScheduledRuns::new()),
+            onboarding: Arc::new(MemoryOnboardingMarkers::new()),
+        }
+    }
+
+    /// PostgreSQL-backed stores over an already migrated database; events
+    /// go through a [`CompositeEventStore`] with a 1000-event memory leg.
+    pub fn postgres(db: Database) -> Self {
+        Self {
+            events: Arc::new(CompositeEventStore::new(
+                Arc::new(MemoryEventStore::new()),
+                Arc::new(PostgresEventStore::new(db.clone())),
+            )),
+            ledger: Arc::new(PostgresTokenLedger::new(db.clone())),
+            config: Arc::new(PostgresConfigRevisions::new(db.clone())),
+            webhooks: Arc::new(PostgresWebhookDeliveries::new(db.clone())),
+            follows: Arc::new(PostgresThreadFollows::new(db.clone())),
+            schedules: Arc::new(PostgresScheduledRuns::new(db.clone())),
+            onboarding: Arc::new(PostgresOnboardingMarkers::new(db.clone())),
+            database: Some(db),
+        }
+    }
+
+    /// Connects to `dsn`, applies pending migrations, and builds the stores.
+    pub async fn open(
+        dsn: &str,
+        options: MigrationOptions,
+    ) -> Result<(Self, MigrationReport), StoreError> {
+        let db = Database::connect(dsn).await?;
+        let report = Migrator::new(db.clone(), options).run().await?;
+        Ok((Self::postgres(db), report))
+    }
+}

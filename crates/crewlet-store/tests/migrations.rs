@@ -1,0 +1,240 @@
+//! Migrations against a real PostgreSQL: order, bookkeeping, the advisory
+//! lock, unknown migrations, embedding width, native partitions.
+
+mod common;
+
+use crewlet_store::migrate::{MIGRATIONS, Step};
+use crewlet_store::partitions::{ensure_partitions, ensure_partitions_between, week_start};
+use crewlet_store::{MigrationOptions, Migrator, StoreError, TimePartitioning};
+
+const TABLES: [&str; 13] = [
+    "crewlet_events",
+    "token_usage",
+    "token_budget_usage",
+    "agent_diary",
+    "episodes",
+    "synthesized_skills",
+    "synthesized_skill_versions",
+    "counterparty_profiles",
+    "agent_onboarding_markers",
+    "chat_thread_follows",
+    "company_config",
+    "webhook_deliveries",
+    "scheduled_runs",
+];
+
+#[tokio::test]
+async fn first_run_applies_every_file_in_order_and_creates_every_table() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::empty().await else {
+        return Ok(());
+    };
+    let migrator = Migrator::new(db.clone(), MigrationOptions::default());
+    let before = migrator.status().await?;
+    assert_eq!(before.pending.len(), MIGRATIONS.len());
+    assert!(!before.is_current());
+
+    let mut lines = Vec::new();
+    let report = migrator
+        .run_with_progress(|p| {
+            if matches!(p.step, Step::Applied { .. }) {
+                lines.push(p.name.to_owned());
+            }
+        })
+        .await?;
+    let names: Vec<String> = MIGRATIONS.iter().map(|m| m.name.to_owned()).collect();
+    assert_eq!(report.applied, names);
+    assert_eq!(lines, names);
+    // Only the native path can run here: TimescaleDB is not installed.
+    assert_eq!(report.partitioning, TimePartitioning::Native);
+    assert_eq!(report.embedding_dim, 1536);
+
+    let client = db.client().await?;
+    for table in TABLES {
+        let row = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await?;
+        assert!(row.get::<_, bool>(0), "table {table} missing");
+    }
+    let recorded: Vec<String> = client
+        .query("SELECT filename FROM schema_migrations ORDER BY applied_at, filename", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(recorded, names);
+
+    // A second run has nothing to do.
+    let again = migrator.run().await?;
+    assert!(again.applied.is_empty());
+    assert_eq!(again.already_applied, MIGRATIONS.len());
+    assert!(migrator.status().await?.is_current());
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_concurrent_runners_both_succeed_and_apply_each_file_once() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::empty().await else {
+        return Ok(());
+    };
+    let a = Migrator::new(db.clone(), MigrationOptions::default());
+    let b = Migrator::new(db.clone(), MigrationOptions::default());
+    let (ra, rb) = tokio::join!(a.run(), b.run());
+    let (ra, rb) = (ra?, rb?);
+    // Exactly one of them did the work; the other waited on the lock.
+    assert_eq!(ra.applied.len() + rb.applied.len(), MIGRATIONS.len());
+    assert!(ra.applied.is_empty() || rb.applied.is_empty());
+    let client = db.client().await?;
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM schema_migrations", &[])
+        .await?
+        .get(0);
+    assert_eq!(usize::try_from(n)?, MIGRATIONS.len());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_database_with_unknown_migrations_is_refused_by_name() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    let client = db.client().await?;
+    client
+        .execute(
+            "INSERT INTO schema_migrations (filename) VALUES ('9998_from_the_future.sql'), ('9999_also.sql')",
+            &[],
+        )
+        .await?;
+    let migrator = Migrator::new(db.clone(), MigrationOptions::default());
+    let err = migrator.run().await.err();
+    match &err {
+        Some(StoreError::UnknownMigrations { names }) => {
+            assert_eq!(names, &["9998_from_the_future.sql", "9999_also.sql"]);
+        }
+        other => panic!("expected UnknownMigrations, got {other:?}"),
+    }
+    let msg = err.map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.contains("9998_from_the_future.sql, 9999_also.sql"), "{msg}");
+    let status = migrator.status().await?;
+    assert_eq!(status.unknown.len(), 2);
+    assert!(!status.is_current());
+    Ok(())
+}
+
+#[tokio::test]
+async fn embedding_width_is_fixed_at_first_migration() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::empty().await else {
+        return Ok(());
+    };
+    let small = MigrationOptions { embedding_dim: 8 };
+    Migrator::new(db.clone(), small).run().await?;
+    let client = db.client().await?;
+    let typ: String = client
+        .query_one(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+             WHERE attrelid = 'agent_diary'::regclass AND attname = 'embedding'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(typ, "vector(8)");
+    // the HNSW index accepts vectors of that width
+    client
+        .execute(
+            "INSERT INTO agent_diary (id, agent_id, kind, content, embedding)
+             VALUES (gen_random_uuid(), gen_random_uuid(), 'diary_long', 'x', '[1,0,0,0,0,0,0,1]')",
+            &[],
+        )
+        .await?;
+
+    let err = Migrator::new(db.clone(), MigrationOptions::default())
+        .run()
+        .await
+        .err();
+    assert!(
+        matches!(
+            err,
+            Some(StoreError::EmbeddingWidthMismatch {
+                configured: 1536,
+                stored: 8
+            })
+        ),
+        "{err:?}"
+    );
+    let status = Migrator::new(db, small).status().await?;
+    assert_eq!(status.embedding_dim, Some(8));
+    Ok(())
+}
+
+#[tokio::test]
+async fn embedding_width_beyond_hnsw_limit_is_refused_before_touching_the_database() {
+    let Some((_guard, db)) = common::empty().await else {
+        return;
+    };
+    let err = Migrator::new(db, MigrationOptions { embedding_dim: 3072 })
+        .run()
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("3072"), "{err}");
+}
+
+#[tokio::test]
+async fn native_partitions_are_created_ahead_and_adopt_rows_from_the_default_partition()
+-> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    let client = db.client().await?;
+    let this_week = format!(
+        "crewlet_events_w{}",
+        week_start(chrono::Utc::now()).format("%Y%m%d")
+    );
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&this_week])
+        .await?
+        .get(0);
+    assert!(exists, "{this_week} should exist after migrating");
+    // Idempotent.
+    assert!(ensure_partitions(&db, 4).await?.is_empty());
+
+    // An event far in the past lands in the default partition...
+    let old = chrono::Utc::now() - chrono::Duration::weeks(20);
+    client
+        .execute(
+            "INSERT INTO crewlet_events (event_time, event_id, event_type, source, category)
+             VALUES ($1, gen_random_uuid(), 'task_started', 't', 'task')",
+            &[&old],
+        )
+        .await?;
+    let in_default: i64 = client
+        .query_one("SELECT count(*) FROM crewlet_events_default", &[])
+        .await?
+        .get(0);
+    assert_eq!(in_default, 1);
+    // ...and moves into its week's partition once that is created.
+    let created = ensure_partitions_between(&db, old, old).await?;
+    assert_eq!(created.len(), 2, "{created:?}");
+    let in_default: i64 = client
+        .query_one("SELECT count(*) FROM crewlet_events_default", &[])
+        .await?
+        .get(0);
+    assert_eq!(in_default, 0);
+    let total: i64 = client
+        .query_one("SELECT count(*) FROM crewlet_events", &[])
+        .await?
+        .get(0);
+    assert_eq!(total, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_database_server_is_a_clear_error() {
+    let err = crewlet_store::Database::connect("postgres://crewlet:pw123@127.0.0.1:1/crewlet")
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("cannot reach postgresql at 127.0.0.1:1"), "{err}");
+    assert!(!err.contains("pw123"), "{err}");
+}
