@@ -672,8 +672,8 @@ fn check_healthchecks(compose: &Value) -> Vec<String> {
 /// Every variable the compose file reads is documented in `.env.example`:
 /// required ones as active `NAME=` lines, the others at least commented.
 /// Pass-through environment keys count as variables. No stale entries, and
-/// no `CREWLET_*` names (a `.env` sourced into a shell would turn them into
-/// Tier A overrides of the engine's configuration).
+/// no `CREWLET_*` names: that prefix is the engine's configuration namespace,
+/// and a `.env` sourced into a shell must not feed it by accident.
 fn check_env_coverage(compose: &Value, env_example: &str) -> Vec<String> {
     let env = parse_env_example(env_example);
     let mut problems = Vec::new();
