@@ -118,6 +118,13 @@ impl PulsarQueue {
                 data: token.clone().into_bytes(),
             });
         }
+        if is_tls {
+            // rustls cannot choose when the build has both ring and aws-lc-rs
+            // (another crate's TLS stack): settle it before the client builds its config.
+            if rustls::crypto::CryptoProvider::get_default().is_none() {
+                let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            }
+        }
         if let Some(path) = &options.tls_trust_certs_path {
             if !is_tls {
                 tracing::warn!(%url, "tls_trust_certs_path is set but the url is not pulsar+ssl://; it is ignored");

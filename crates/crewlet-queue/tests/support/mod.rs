@@ -1,0 +1,183 @@
+//! A throwaway Apache Pulsar standalone that a test owns, so it can kill and
+//! restart it without disturbing the shared broker other tests use. It runs
+//! from the jars `cargo xtask services up` cached, on its own ports and data
+//! directory.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct ThrowawayPulsar {
+    dir: PathBuf,
+    pub broker_port: u16,
+    pub web_port: u16,
+    child: Option<Child>,
+}
+
+/// `$CREWLET_SERVICES_DIR/pulsar/jars` (default `/opt/crewlet-services`), when complete.
+pub fn cached_jars() -> Option<PathBuf> {
+    let root = std::env::var_os("CREWLET_SERVICES_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/crewlet-services"));
+    let jars = root.join("pulsar").join("jars");
+    jars.join(".complete").exists().then_some(jars)
+}
+
+/// The jars, or `None` (skip) outside CI; a panic under `CI=true`.
+pub fn require_jars() -> Option<PathBuf> {
+    match cached_jars() {
+        Some(j) => Some(j),
+        None if crewlet_test_support::services::in_ci() => {
+            panic!("CI=true and Pulsar's jars are not cached; run `cargo xtask services up`")
+        }
+        None => {
+            eprintln!("SKIPPED (not under CI): Pulsar's jars are not cached; run `cargo xtask services up`");
+            None
+        }
+    }
+}
+
+impl ThrowawayPulsar {
+    /// Starts a fresh broker (wiped data) on `broker_port`/`web_port`.
+    pub fn start(jars: PathBuf, broker_port: u16, web_port: u16) -> std::io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "crewlet-queue-pulsar-{broker_port}-{}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        fs::write(
+            dir.join("standalone.conf"),
+            format!(
+                "clusterName=standalone\nbindAddress=127.0.0.1\nadvertisedAddress=127.0.0.1\n\
+                 brokerServicePort={broker_port}\nwebServicePort={web_port}\n\
+                 managedLedgerDefaultEnsembleSize=1\nmanagedLedgerDefaultWriteQuorum=1\n\
+                 managedLedgerDefaultAckQuorum=1\nlisteningInterface=lo\nallowLoopback=true\n\
+                 journalSyncData=false\nallowAutoTopicCreation=true\n\
+                 allowAutoTopicCreationType=non-partitioned\nbrokerDeleteInactiveTopicsEnabled=false\n\
+                 authenticationEnabled=false\nauthorizationEnabled=false\n\
+                 functionsWorkerEnabled=false\nwebSocketServiceEnabled=false\n\
+                 brokerShutdownTimeoutMs=3000\n"
+            ),
+        )?;
+        fs::write(jars_file(&dir), jars.display().to_string())?;
+        let mut me = Self {
+            dir,
+            broker_port,
+            web_port,
+            child: None,
+        };
+        me.spawn(true)?;
+        Ok(me)
+    }
+
+    pub fn url(&self) -> String {
+        format!("pulsar://127.0.0.1:{}", self.broker_port)
+    }
+
+    fn spawn(&mut self, wipe: bool) -> std::io::Result<()> {
+        let jars = fs::read_to_string(jars_file(&self.dir))?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("pulsar.log"))?;
+        let mut java = Command::new("java");
+        java.args([
+            "--add-opens",
+            "java.base/java.nio=ALL-UNNAMED",
+            "--add-opens",
+            "java.base/jdk.internal.misc=ALL-UNNAMED",
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:MaxDirectMemorySize=512m",
+            "-cp",
+            &format!("{jars}/*"),
+            "org.apache.pulsar.PulsarStandaloneStarter",
+            "--config",
+        ])
+        .arg(self.dir.join("standalone.conf"))
+        .arg("--metadata-dir")
+        .arg(self.dir.join("metadata"))
+        .arg("--bookkeeper-dir")
+        .arg(self.dir.join("bookkeeper"))
+        .args(["-nfw", "-nss", "-a", "127.0.0.1"])
+        .current_dir(&self.dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+        if wipe {
+            java.arg("--wipe-data");
+        }
+        self.child = Some(java.spawn()?);
+        Ok(())
+    }
+
+    /// SIGKILL: no clean shutdown, like a crashed broker.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the broker again on the same data.
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        self.spawn(false)
+    }
+
+    /// Waits until the admin API lists `public/default`.
+    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!("broker exited with {status}; log:\n{}", self.log_tail()));
+            }
+            if http_get(self.web_port, "/admin/v2/namespaces/public").is_some_and(|b| b.contains("public/default")) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Err(format!("broker not ready after {limit:?}; log:\n{}", self.log_tail()))
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = fs::read_to_string(self.dir.join("pulsar.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+fn jars_file(dir: &std::path::Path) -> PathBuf {
+    dir.join("jars.path")
+}
+
+impl Drop for ThrowawayPulsar {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback; the body when the status is 200.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(1),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
