@@ -3,11 +3,12 @@
 use std::path::Path;
 
 use figment::Figment;
-use figment::providers::{Env, Format};
+use figment::providers::Format;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{self, Finding};
+use crate::env::{ENV_SOURCE, EnvOverrides};
 use crate::error::{ConfigError, Problem};
 use crate::figment_yaml::SaphyrYaml;
 use crate::interpolate::{interpolate_all, process_env};
@@ -19,10 +20,6 @@ pub const ENV_PREFIX: &str = "CREWLET_";
 
 /// How a variable name's nesting is written: `CREWLET_PROVIDERS__DATABASE__DSN`.
 pub const ENV_SEPARATOR: &str = "__";
-
-/// Top-level keys the environment may override; other `CREWLET_*` variables
-/// (used by tools and tests) are not configuration and are left alone.
-const ENV_KEYS: [&str; 4] = ["debug", "providers", "api", "observability"];
 
 /// The process bootstrap: where the queue and the database are, the embedded
 /// API, logging. Everything has a default: an empty file runs the embedded
@@ -265,6 +262,16 @@ pub enum LogFormat {
     Text,
 }
 
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Auto => "auto",
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        }
+    }
+}
+
 impl Bootstrap {
     /// Parses and validates a bootstrap file's text alone: no environment is
     /// read. `source` names the input in errors.
@@ -328,17 +335,7 @@ impl Bootstrap {
         if let Some(path) = path {
             figment = figment.merge(SaphyrYaml::file_exact(path));
         }
-        figment.merge(Self::env())
-    }
-
-    /// The `CREWLET_*` environment provider.
-    pub fn env() -> Env {
-        Env::prefixed(ENV_PREFIX)
-            .split(ENV_SEPARATOR)
-            .filter(|key| {
-                let top = key.as_str().split('.').next().unwrap_or_default();
-                ENV_KEYS.iter().any(|k| k.eq_ignore_ascii_case(top))
-            })
+        figment.merge(EnvOverrides::from_process())
     }
 
     /// Problems of meaning (the types already hold the structure).
@@ -411,10 +408,7 @@ fn figment_problems(source: &str, error: figment::Error) -> ConfigError {
     let problems = error
         .into_iter()
         .map(|e| {
-            let from_env = e
-                .metadata
-                .as_ref()
-                .is_some_and(|m| m.name.contains("environment"));
+            let from_env = e.metadata.as_ref().is_some_and(|m| m.name == ENV_SOURCE);
             let path = e.path.join(".");
             let mut message = e.kind.to_string();
             if from_env {

@@ -99,6 +99,10 @@ impl<'s> Renderer<'s> {
         for (key, prop) in props {
             let ty = self.type_of(prop, &format!("{base}{key}"));
             let default = match prop.get("default") {
+                // A section's own table shows each of its keys' defaults.
+                Some(v) if ty.starts_with('[') && v.as_object().is_some_and(|o| !o.is_empty()) => {
+                    "see its keys".into()
+                }
                 Some(v) => format!("`{}`", cell(&v.to_string())),
                 None if required.contains(&key.as_str()) => "**required**".into(),
                 None => "unset".into(),
@@ -197,11 +201,11 @@ impl<'s> Renderer<'s> {
                 Some(format!(
                     "`{}`: {}",
                     value.as_str().unwrap_or_default(),
-                    text
+                    text.trim_end_matches('.')
                 ))
             })
             .collect();
-        (!parts.is_empty()).then(|| format!("Values: {}.", parts.join("; ").trim_end_matches('.')))
+        (!parts.is_empty()).then(|| format!("Values: {}.", parts.join("; ")))
     }
 }
 

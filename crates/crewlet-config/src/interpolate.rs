@@ -31,10 +31,10 @@ pub fn has_references(input: &str) -> bool {
     let mut rest = input;
     while let Some(i) = rest.find("${") {
         let after = &rest[i + 2..];
-        if let Some(end) = after.find('}') {
-            if is_name(&after[..end]) {
-                return true;
-            }
+        if let Some(end) = after.find('}')
+            && is_name(&after[..end])
+        {
+            return true;
         }
         rest = &rest[i + 1..];
     }
@@ -70,10 +70,8 @@ fn walk(
     path: &YamlPath,
 ) -> Result<(), ConfigError> {
     match value {
-        Value::String(s) => {
-            if has_references(s) {
-                *s = expand(s, env, &path.to_string())?;
-            }
+        Value::String(s) if has_references(s) => {
+            *s = expand(s, env, &path.to_string())?;
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {

@@ -18,6 +18,7 @@ mod bootstrap;
 mod check;
 mod company;
 mod docs;
+mod env;
 mod error;
 mod figment_yaml;
 mod interpolate;
@@ -39,6 +40,7 @@ pub use company::{
     SeatKind, SlackIntegration, SlackSeat, TurnEngine, Unit, UnitIntegrations,
 };
 pub use docs::{configuration_markdown, tier_markdown};
+pub use env::EnvOverrides;
 pub use error::{ConfigError, Problem};
 pub use figment_yaml::SaphyrYaml;
 pub use interpolate::{has_references, interpolate, interpolate_all, process_env};
@@ -63,8 +65,10 @@ pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
     }
 }
 
-/// The outcome of [`check_file`].
+/// The outcome of [`check_file`]. Made once per checked file, so the size
+/// difference between the variants does not matter.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Checked {
     Company(Result<(Company, Organization), Vec<Problem>>),
     Bootstrap(Result<Bootstrap, Vec<Problem>>),
@@ -97,14 +101,4 @@ fn yaml_problems_or(source: &str, text: &str, message: impl FnOnce() -> String) 
         None,
         message(),
     )]
-}
-
-#[cfg(test)]
-mod dump {
-    #[test]
-    #[ignore]
-    fn dump_schema() {
-        println!("{}", crate::Tier::Company.schema_json());
-        println!("{}", crate::Tier::Bootstrap.schema_json());
-    }
 }

@@ -65,10 +65,10 @@ impl<'s> Walk<'s> {
                 _ => Some(any(node)),
             };
         };
-        if let Some(branches) = obj.get("anyOf").or_else(|| obj.get("oneOf")) {
-            if let Some(branches) = branches.as_array() {
-                return self.check_union(node, branches, path);
-            }
+        if let Some(branches) = obj.get("anyOf").or_else(|| obj.get("oneOf"))
+            && let Some(branches) = branches.as_array()
+        {
+            return self.check_union(node, branches, path);
         }
         if let Some(all) = obj.get("allOf").and_then(Value::as_array) {
             let mut first = None;
@@ -174,17 +174,16 @@ impl<'s> Walk<'s> {
             return Some(Value::Null);
         }
         if s.plain && !s.is_null() {
-            if types.contains(&"integer") {
-                if let Some(n) = parse_int(&s.text) {
-                    return self.in_range(node, schema, n as f64, Value::Number(n.into()), path);
-                }
+            if types.contains(&"integer")
+                && let Some(n) = parse_int(&s.text)
+            {
+                return self.in_range(node, schema, n as f64, Value::Number(n.into()), path);
             }
-            if types.contains(&"number") {
-                if let Some(f) = parse_float(&s.text) {
-                    if let Some(n) = Number::from_f64(f) {
-                        return self.in_range(node, schema, f, Value::Number(n), path);
-                    }
-                }
+            if types.contains(&"number")
+                && let Some(f) = parse_float(&s.text)
+                && let Some(n) = Number::from_f64(f)
+            {
+                return self.in_range(node, schema, f, Value::Number(n), path);
             }
             if types.contains(&"boolean") {
                 match s.text.as_str() {
@@ -220,25 +219,25 @@ impl<'s> Walk<'s> {
         path: &YamlPath,
     ) -> Option<Value> {
         let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
-        if let Some(min) = bound("minimum") {
-            if n < min {
-                self.problem(
-                    path,
-                    node,
-                    format!("{value} is below the minimum {}", show(min)),
-                );
-                return None;
-            }
+        if let Some(min) = bound("minimum")
+            && n < min
+        {
+            self.problem(
+                path,
+                node,
+                format!("{value} is below the minimum {}", show(min)),
+            );
+            return None;
         }
-        if let Some(max) = bound("maximum") {
-            if n > max {
-                self.problem(
-                    path,
-                    node,
-                    format!("{value} is above the maximum {}", show(max)),
-                );
-                return None;
-            }
+        if let Some(max) = bound("maximum")
+            && n > max
+        {
+            self.problem(
+                path,
+                node,
+                format!("{value} is above the maximum {}", show(max)),
+            );
+            return None;
         }
         Some(value)
     }
@@ -249,7 +248,7 @@ impl<'s> Walk<'s> {
                 let matches = match v {
                     Value::String(text) => *text == s.text,
                     Value::Null => s.is_null(),
-                    other => s.plain && other.to_string() == s.text,
+                    other => s.plain && *other == s.text,
                 };
                 if matches {
                     return Some(v.clone());
@@ -286,10 +285,10 @@ impl<'s> Walk<'s> {
         for branch in branches {
             let mut sub = Walk::new(self.root);
             let value = sub.check(node, branch, path);
-            if sub.problems.is_empty() {
-                if let Some(v) = value {
-                    return Some(v);
-                }
+            if sub.problems.is_empty()
+                && let Some(v) = value
+            {
+                return Some(v);
             }
             tries.push((branch, sub.problems));
         }
@@ -476,13 +475,15 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 best = best.min(d[i - 2][j - 2] + 1);
             }

@@ -2,6 +2,9 @@
 //! environment overrides (through figment; `figment::Jail` serializes the
 //! tests that set variables and restores the environment after each).
 
+// figment::Jail's closures return figment::Error, which is large; not ours to shrink.
+#![allow(clippy::result_large_err)]
+
 use std::path::Path;
 
 use crewlet_config::{Bootstrap, ConfigError, LogFormat, QueueKind, check_bootstrap};
@@ -28,12 +31,19 @@ fn an_empty_file_is_the_embedded_default() {
 
 #[test]
 fn defaults_fill_a_pulsar_block() {
-    let text = "providers:\n  queue:\n    url: pulsar://b:6650\n  database:\n    dsn: postgres://x\n";
+    let text =
+        "providers:\n  queue:\n    url: pulsar://b:6650\n  database:\n    dsn: postgres://x\n";
     let b = check_bootstrap("config.yaml", text).unwrap_or_default();
     let q = b.providers.queue.unwrap_or_default();
     assert_eq!(q.kind, QueueKind::Pulsar);
-    assert_eq!((q.tenant.as_str(), q.namespace.as_str()), ("public", "default"));
-    let db = b.providers.database.map(|d| (d.embedding_dim, d.max_connections));
+    assert_eq!(
+        (q.tenant.as_str(), q.namespace.as_str()),
+        ("public", "default")
+    );
+    let db = b
+        .providers
+        .database
+        .map(|d| (d.embedding_dim, d.max_connections));
     assert_eq!(db, Some((1536, 16)));
 }
 
@@ -55,7 +65,9 @@ api:
 observability:
   log_format: xml
 ";
-    let problems = check_bootstrap("config.yaml", text).err().unwrap_or_default();
+    let problems = check_bootstrap("config.yaml", text)
+        .err()
+        .unwrap_or_default();
     let got: Vec<(Option<u32>, &str)> =
         problems.iter().map(|p| (p.line, p.path.as_str())).collect();
     assert_eq!(
@@ -82,7 +94,9 @@ api:
       - {id: ops, token: a}
       - {id: ops, token: b}
 ";
-    let problems = check_bootstrap("config.yaml", text).err().unwrap_or_default();
+    let problems = check_bootstrap("config.yaml", text)
+        .err()
+        .unwrap_or_default();
     let got: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert_eq!(
         got,
@@ -92,8 +106,13 @@ api:
         ]
     );
     let bad_scheme = "providers:\n  queue: {url: 'http://b:6650'}\n";
-    let problems = check_bootstrap("config.yaml", bad_scheme).err().unwrap_or_default();
-    assert!(problems[0].message.contains("must start with pulsar://"), "{problems:?}");
+    let problems = check_bootstrap("config.yaml", bad_scheme)
+        .err()
+        .unwrap_or_default();
+    assert!(
+        problems[0].message.contains("must start with pulsar://"),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -107,13 +126,19 @@ fn environment_overrides_nested_keys() {
         jail.set_env("CREWLET_API__PORT", "9000");
         jail.set_env("CREWLET_DEBUG", "true");
         jail.set_env("CREWLET_OBSERVABILITY__LOG_FORMAT", "json");
+        // Text that looks like a number stays text where the key is a string.
+        jail.set_env("CREWLET_OBSERVABILITY__SERVICE_NAME", "12345");
         // Not configuration: other tools' CREWLET_* variables are ignored.
         jail.set_env("CREWLET_UPDATE_DOCS", "1");
         let b = load(Some("config.yaml")).map_err(jailed)?;
-        assert_eq!(b.providers.database.map(|d| d.dsn).as_deref(), Some("postgres://env"));
+        assert_eq!(
+            b.providers.database.map(|d| d.dsn).as_deref(),
+            Some("postgres://env")
+        );
         assert_eq!(b.api.port, 9000);
         assert!(b.debug);
         assert_eq!(b.observability.log_format, LogFormat::Json);
+        assert_eq!(b.observability.service_name, "12345");
         Ok(())
     });
 }
@@ -125,7 +150,10 @@ fn environment_alone_can_configure_the_queue() {
         jail.set_env("CREWLET_PROVIDERS__QUEUE__TENANT", "acme");
         let b = load(None).map_err(jailed)?;
         let q = b.providers.queue.unwrap_or_default();
-        assert_eq!((q.kind, q.url.as_deref()), (QueueKind::Pulsar, Some("pulsar://broker:6650")));
+        assert_eq!(
+            (q.kind, q.url.as_deref()),
+            (QueueKind::Pulsar, Some("pulsar://broker:6650"))
+        );
         assert_eq!(q.tenant, "acme");
         Ok(())
     });
@@ -136,7 +164,10 @@ fn bad_environment_values_name_the_variable() {
     Jail::expect_with(|jail| {
         jail.create_file("config.yaml", "api:\n  port: 8000\n")?;
         jail.set_env("CREWLET_API__PORT", "eighty");
-        let err = load(Some("config.yaml")).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = load(Some("config.yaml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("CREWLET_API__PORT"), "{err}");
         assert!(err.contains("environment"), "{err}");
         Ok(())
@@ -157,12 +188,18 @@ fn file_problems_keep_their_lines_when_loading() {
         let err = load(Some("config.yaml")).err();
         let problems = err.as_ref().map(ConfigError::problems).unwrap_or_default();
         assert_eq!(problems.len(), 1);
-        assert_eq!((problems[0].line, problems[0].path.as_str()), (Some(3), "api.prot"));
+        assert_eq!(
+            (problems[0].line, problems[0].path.as_str()),
+            (Some(3), "api.prot")
+        );
         assert!(problems[0].message.contains("did you mean `port`?"));
         Ok(())
     });
     let missing = load(Some("/nonexistent/crewlet/config.yaml")).err();
-    assert!(matches!(missing, Some(ConfigError::Read { .. })), "{missing:?}");
+    assert!(
+        matches!(missing, Some(ConfigError::Read { .. })),
+        "{missing:?}"
+    );
 }
 
 #[test]
@@ -179,7 +216,10 @@ fn references_expand_when_loading_but_not_when_validating() {
     });
     Jail::expect_with(|jail| {
         jail.create_file("config.yaml", text)?;
-        let err = load(Some("config.yaml")).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = load(Some("config.yaml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert_eq!(
             err,
             "environment variable `OPS_TOKEN` is not set (referenced at api.auth.tokens[0].token)"
@@ -192,7 +232,8 @@ fn references_expand_when_loading_but_not_when_validating() {
 fn validation_reads_no_environment() {
     Jail::expect_with(|jail| {
         jail.set_env("CREWLET_API__PORT", "not a port");
-        let b = check_bootstrap("config.yaml", "api:\n  port: 8000\n").map_err(|p| format!("{p:?}"))?;
+        let b =
+            check_bootstrap("config.yaml", "api:\n  port: 8000\n").map_err(|p| format!("{p:?}"))?;
         assert_eq!(b.api.port, 8000);
         Ok(())
     });

@@ -6,7 +6,10 @@ use crewlet_config::{Problem, check_company};
 fn problems(text: &str) -> Vec<(Option<u32>, String, String)> {
     match check_company("company.yaml", text) {
         Ok(_) => Vec::new(),
-        Err(problems) => problems.into_iter().map(|p| (p.line, p.path, p.message)).collect(),
+        Err(problems) => problems
+            .into_iter()
+            .map(|p| (p.line, p.path, p.message))
+            .collect(),
     }
 }
 
@@ -27,7 +30,11 @@ fn assert_problems(text: &str, expected: &[(u32, &str, &str)]) {
             "got:\n{}",
             show(&got)
         );
-        assert!(message.contains(fragment), "`{message}` lacks `{fragment}`; got:\n{}", show(&got));
+        assert!(
+            message.contains(fragment),
+            "`{message}` lacks `{fragment}`; got:\n{}",
+            show(&got)
+        );
     }
 }
 
@@ -75,15 +82,43 @@ units:
     assert_problems(
         text,
         &[
-            (7, "roles[0].handle", "handle `Boss` must match [a-z0-9][a-z0-9-]*"),
+            (
+                7,
+                "roles[0].handle",
+                "handle `Boss` must match [a-z0-9][a-z0-9-]*",
+            ),
             (8, "roles[0].manages[0]", "`nobody` names no role"),
-            (11, "units[0].lead", "lead `ghost` is not a role of unit `Eng` (its roles: dev, dev)"),
-            (15, "units[0].roles[0].llm", "LLM provider `gtp` is not defined in providers.llm (defined: main)"),
-            (16, "units[0].roles[0].favourite_color", "unknown key `favourite_color`"),
-            (18, "units[0].roles[1].handle", "handle `dev` is already used by the seat at units[0].roles[0]"),
+            (
+                11,
+                "units[0].lead",
+                "lead `ghost` is not a role of unit `Eng` (its roles: dev, dev)",
+            ),
+            (
+                15,
+                "units[0].roles[0].llm",
+                "LLM provider `gtp` is not defined in providers.llm (defined: main)",
+            ),
+            (
+                16,
+                "units[0].roles[0].favourite_color",
+                "unknown key `favourite_color`",
+            ),
+            (
+                18,
+                "units[0].roles[1].handle",
+                "handle `dev` is already used by the seat at units[0].roles[0]",
+            ),
             (21, "units[0].schedules[0].cron", "has 4 fields; expected 5"),
-            (23, "units[0].schedules[0].target", "expected one of `lead`, `each`, found `everyone`"),
-            (26, "units[1].roles[0]", "human seat `Night Watch` needs a `contact`"),
+            (
+                23,
+                "units[0].schedules[0].target",
+                "expected one of `lead`, `each`, found `everyone`",
+            ),
+            (
+                26,
+                "units[1].roles[0]",
+                "human seat `Night Watch` needs a `contact`",
+            ),
         ],
     );
 }
@@ -91,11 +126,15 @@ units:
 #[test]
 fn problems_render_with_file_line_and_column() {
     let text = with_header("roles:\n  - name: A\n    colour: red\n");
-    let err = check_company("company.yaml", &text).err().unwrap_or_default();
+    let err = check_company("company.yaml", &text)
+        .err()
+        .unwrap_or_default();
     let shown: Vec<String> = err.iter().map(Problem::to_string).collect();
     assert_eq!(
         shown,
-        ["company.yaml:7:5: roles[0].colour: unknown key `colour`; expected one of: kind, name, handle, goal, backstory, responsibilities, behavioral_guidelines, manages, token_budget, llm, llm_plan, llm_execute, llm_review, llm_auxiliary, learning_enabled, mcp_env, mcp_servers, schedules, integrations, contact"]
+        [
+            "company.yaml:7:5: roles[0].colour: unknown key `colour`; expected one of: kind, name, handle, goal, backstory, responsibilities, behavioral_guidelines, manages, token_budget, llm, llm_plan, llm_execute, llm_review, llm_auxiliary, learning_enabled, mcp_env, mcp_servers, schedules, integrations, contact"
+        ]
     );
 }
 
@@ -125,12 +164,32 @@ units:
         text,
         &[
             (2, "mision", "unknown key `mision`; did you mean `mission`?"),
-            (5, "providers.llm.main.temprature", "did you mean `temperature`?"),
-            (6, "turn_engine.max_iteration", "did you mean `max_iterations`?"),
-            (8, "integrations.github.webhook_secrett", "did you mean `webhook_secret`?"),
+            (
+                5,
+                "providers.llm.main.temprature",
+                "did you mean `temperature`?",
+            ),
+            (
+                6,
+                "turn_engine.max_iteration",
+                "did you mean `max_iterations`?",
+            ),
+            (
+                8,
+                "integrations.github.webhook_secrett",
+                "did you mean `webhook_secret`?",
+            ),
             (11, "units[0].colour", "unknown key `colour`"),
-            (16, "units[0].children[0].roles[0].contact.phone", "unknown key `phone`"),
-            (18, "units[0].children[0].roles[0].integrations.slack.token", "unknown key `token`"),
+            (
+                16,
+                "units[0].children[0].roles[0].contact.phone",
+                "unknown key `phone`",
+            ),
+            (
+                18,
+                "units[0].children[0].roles[0].integrations.slack.token",
+                "unknown key `token`",
+            ),
         ],
     );
 }
@@ -151,39 +210,73 @@ roles:
         &[
             (5, "token_budget", "expected a whole number, found `lots`"),
             (6, "turn_engine.max_iterations", "0 is below the minimum 1"),
-            (9, "roles[0].kind", "expected one of `agent`, `human`, found `robot`"),
-            (10, "roles[0].responsibilities", "expected a list, found `do everything`"),
-            (11, "roles[0].learning_enabled", "expected true or false, found `maybe`"),
+            (
+                9,
+                "roles[0].kind",
+                "expected one of `agent`, `human`, found `robot`",
+            ),
+            (
+                10,
+                "roles[0].responsibilities",
+                "expected a list, found `do everything`",
+            ),
+            (
+                11,
+                "roles[0].learning_enabled",
+                "expected true or false, found `maybe`",
+            ),
         ],
     );
 }
 
 #[test]
 fn missing_required_keys_are_named() {
-    assert_problems("mission: no name\n", &[(1, "", "missing required key `name`")]);
+    assert_problems(
+        "mission: no name\n",
+        &[(1, "", "missing required key `name`")],
+    );
     assert_problems("", &[(1, "", "missing required key `name`")]);
     let body = "roles:\n  - handle: nameless\n";
-    assert_problems(&with_header(body), &[(6, "roles[0]", "missing required key `name`")]);
+    assert_problems(
+        &with_header(body),
+        &[(6, "roles[0]", "missing required key `name`")],
+    );
 }
 
 #[test]
 fn yaml_syntax_errors_and_duplicate_keys_are_located() {
-    assert_problems("name: a\nunits: [\n", &[(2, "units[0]", "invalid YAML: unclosed bracket")]);
+    assert_problems(
+        "name: a\nunits: [\n",
+        &[(2, "units[0]", "invalid YAML: unclosed bracket")],
+    );
     assert_problems(
         &with_header("mission: a\nmission: b\n"),
-        &[(6, "mission", "duplicate key `mission` (first defined at line 5)")],
+        &[(
+            6,
+            "mission",
+            "duplicate key `mission` (first defined at line 5)",
+        )],
     );
 }
 
 #[test]
 fn bad_handles_are_refused_and_names_derive_handles() {
-    let body = "roles:\n  - name: A\n    handle: -a\n  - name: B\n    handle: b_c\n  - name: 日本\n";
+    let body =
+        "roles:\n  - name: A\n    handle: -a\n  - name: B\n    handle: b_c\n  - name: 日本\n";
     assert_problems(
         &with_header(body),
         &[
             (7, "roles[0].handle", "handle `-a` must match"),
-            (9, "roles[1].handle", "handle `b_c` must match [a-z0-9][a-z0-9-]* (lower case letters, digits, `-`); try `b-c`"),
-            (10, "roles[2].name", "cannot derive a handle from name `日本`; set `handle`"),
+            (
+                9,
+                "roles[1].handle",
+                "handle `b_c` must match [a-z0-9][a-z0-9-]* (lower case letters, digits, `-`); try `b-c`",
+            ),
+            (
+                10,
+                "roles[2].name",
+                "cannot derive a handle from name `日本`; set `handle`",
+            ),
         ],
     );
 }
@@ -193,7 +286,11 @@ fn duplicate_handles_are_refused_even_when_derived() {
     let body = "roles:\n  - name: Site Ops\n  - name: site-ops\n";
     assert_problems(
         &with_header(body),
-        &[(7, "roles[1].name", "handle `site-ops` (derived from the name) is already used by the seat at roles[0]")],
+        &[(
+            7,
+            "roles[1].name",
+            "handle `site-ops` (derived from the name) is already used by the seat at roles[0]",
+        )],
     );
 }
 
@@ -214,9 +311,21 @@ units:
     assert_problems(
         &with_header(body),
         &[
-            (7, "roles[0].manages[0]", "`Worker` is the name of 2 roles; use a handle: w1, w2"),
-            (7, "roles[0].manages[1]", "`ghost-unit` names no role (by handle or name) and no unit"),
-            (9, "roles[1].manages[0]", "`w2` is already managed by `a` (roles[0].manages[2]); a seat has one manager"),
+            (
+                7,
+                "roles[0].manages[0]",
+                "`Worker` is the name of 2 roles; use a handle: w1, w2",
+            ),
+            (
+                7,
+                "roles[0].manages[1]",
+                "`ghost-unit` names no role (by handle or name) and no unit",
+            ),
+            (
+                9,
+                "roles[1].manages[0]",
+                "`w2` is already managed by `a` (roles[0].manages[2]); a seat has one manager",
+            ),
         ],
     );
 }
@@ -231,11 +340,18 @@ roles:
 ";
     assert_problems(
         &with_header(body),
-        &[(8, "roles[2].manages[0]", "management cycle: a -> c -> b -> a (each seat reports to the next)")],
+        &[(
+            8,
+            "roles[2].manages[0]",
+            "management cycle: a -> c -> b -> a (each seat reports to the next)",
+        )],
     );
     // A seat managing itself is a cycle of one.
     let body = "roles:\n  - {name: A, handle: a, manages: [a]}\n";
-    assert_problems(&with_header(body), &[(6, "roles[0].manages[0]", "`a` is this seat itself")]);
+    assert_problems(
+        &with_header(body),
+        &[(6, "roles[0].manages[0]", "`a` is this seat itself")],
+    );
     // An implicit edge (lead of a unit) can close a cycle with an explicit one.
     let body = "\
 units:
@@ -249,7 +365,14 @@ units:
         roles:
           - {name: Sub Lead, handle: sub-lead, manages: [boss]}
 ";
-    assert_problems(&with_header(body), &[(14, "units[0].children[0].roles[0].manages[0]", "management cycle: ")]);
+    assert_problems(
+        &with_header(body),
+        &[(
+            14,
+            "units[0].children[0].roles[0].manages[0]",
+            "management cycle: ",
+        )],
+    );
 }
 
 #[test]
@@ -269,8 +392,16 @@ units:
     assert_problems(
         &with_header(body),
         &[
-            (9, "units[0].lead", "lead `ceo` is not a role of unit `Eng` but of the org-wide roles"),
-            (14, "units[0].children[0].lead", "lead `dev` is not a role of unit `Empty` but of unit `Eng`"),
+            (
+                9,
+                "units[0].lead",
+                "lead `ceo` is not a role of unit `Eng` but of the org-wide roles",
+            ),
+            (
+                14,
+                "units[0].children[0].lead",
+                "lead `dev` is not a role of unit `Empty` but of unit `Eng`",
+            ),
         ],
     );
 }
@@ -293,8 +424,16 @@ roles:
         &with_header(body),
         &[
             (6, "roles[0]", "human seat `A` needs a `contact`"),
-            (9, "roles[1].contact", "human seat `B` needs a `contact` with at least one identity"),
-            (14, "roles[2].schedules", "human seat `C` never runs, so it cannot have schedules"),
+            (
+                9,
+                "roles[1].contact",
+                "human seat `B` needs a `contact` with at least one identity",
+            ),
+            (
+                14,
+                "roles[2].schedules",
+                "human seat `C` never runs, so it cannot have schedules",
+            ),
         ],
     );
 }
@@ -319,8 +458,16 @@ roles:
             (8, "roles[0].llm_plan", "LLM provider `nope2`"),
             (9, "roles[0].llm_auxiliary[0]", "LLM provider `nope3`"),
             (11, "roles[1].llm.review[1]", "LLM provider `nope4`"),
-            (11, "roles[1].llm.plann", "unknown key `plann`; did you mean `plan`?"),
-            (13, "roles[2].llm", "a fallback chain needs at least one provider"),
+            (
+                11,
+                "roles[1].llm.plann",
+                "unknown key `plann`; did you mean `plan`?",
+            ),
+            (
+                13,
+                "roles[2].llm",
+                "a fallback chain needs at least one provider",
+            ),
         ],
     );
 }
@@ -341,15 +488,35 @@ roles:
     assert_problems(
         text,
         &[
-            (4, "providers.llm.a.type", "provider `a` is openai-compatible and needs `base_url`"),
-            (5, "providers.llm.b.type", "provider `b` (anthropic) needs at least one entry in `api_keys`, e.g. `${ANTHROPIC_API_KEY}`"),
-            (6, "providers.llm.c.base_url", "`ftp://x` must start with http:// or https://"),
-            (7, "providers.llm.d.type", "expected one of `openai`, `anthropic`, `openai-compatible`, found `gemini`"),
+            (
+                4,
+                "providers.llm.a.type",
+                "provider `a` is openai-compatible and needs `base_url`",
+            ),
+            (
+                5,
+                "providers.llm.b.type",
+                "provider `b` (anthropic) needs at least one entry in `api_keys`, e.g. `${ANTHROPIC_API_KEY}`",
+            ),
+            (
+                6,
+                "providers.llm.c.base_url",
+                "`ftp://x` must start with http:// or https://",
+            ),
+            (
+                7,
+                "providers.llm.d.type",
+                "expected one of `openai`, `anthropic`, `openai-compatible`, found `gemini`",
+            ),
         ],
     );
     assert_problems(
         "name: X\nroles:\n  - name: A\n",
-        &[(1, "providers.llm", "no LLM provider is configured but 1 agent seat needs one")],
+        &[(
+            1,
+            "providers.llm",
+            "no LLM provider is configured but 1 agent seat needs one",
+        )],
     );
 }
 
@@ -373,13 +540,37 @@ units:
     assert_problems(
         &with_header(body),
         &[
-            (10, "units[0].schedules[0].cron", "minute field `61` has `61` outside 0-59"),
-            (10, "units[0].schedules[0].target", "targets each agent seat of unit `U`, which has none"),
+            (
+                10,
+                "units[0].schedules[0].cron",
+                "minute field `61` has `61` outside 0-59",
+            ),
+            (
+                10,
+                "units[0].schedules[0].target",
+                "targets each agent seat of unit `U`, which has none",
+            ),
             // `target` is not written, so it is located at the schedule itself.
-            (11, "units[0].schedules[1].target", "targets the lead, but unit `U` has no lead"),
-            (11, "units[0].schedules[1].name", "schedule name `a` is already used"),
-            (11, "units[0].schedules[1].timezone", "time zone `Mars Base` is not an IANA name"),
-            (17, "units[1].schedules[0].target", "targets the lead of unit `V`, human seat `h2`, who never runs"),
+            (
+                11,
+                "units[0].schedules[1].target",
+                "targets the lead, but unit `U` has no lead",
+            ),
+            (
+                11,
+                "units[0].schedules[1].name",
+                "schedule name `a` is already used",
+            ),
+            (
+                11,
+                "units[0].schedules[1].timezone",
+                "time zone `Mars Base` is not an IANA name",
+            ),
+            (
+                17,
+                "units[1].schedules[0].target",
+                "targets the lead of unit `V`, human seat `h2`, who never runs",
+            ),
         ],
     );
 }
@@ -402,8 +593,16 @@ roles:
             (6, "mcp_servers.a", "stdio MCP server `a` needs `command`"),
             (7, "mcp_servers.b", "http MCP server `b` needs `url`"),
             (7, "mcp_servers.b.command", "`command` is for stdio servers"),
-            (12, "roles[0].mcp_servers[0]", "MCP server `shared` is shared"),
-            (12, "roles[0].mcp_servers[2]", "MCP server `nope` is not defined in mcp_servers (defined: a, b, shared, mine)"),
+            (
+                12,
+                "roles[0].mcp_servers[0]",
+                "MCP server `shared` is shared",
+            ),
+            (
+                12,
+                "roles[0].mcp_servers[2]",
+                "MCP server `nope` is not defined in mcp_servers (defined: a, b, shared, mine)",
+            ),
         ],
     );
 }
@@ -413,7 +612,11 @@ fn unit_names_are_unique() {
     let body = "units:\n  - name: A\n    children:\n      - name: A\n";
     assert_problems(
         &with_header(body),
-        &[(8, "units[0].children[0].name", "unit name `A` is already used by the unit at units[0]")],
+        &[(
+            8,
+            "units[0].children[0].name",
+            "unit name `A` is already used by the unit at units[0]",
+        )],
     );
 }
 

@@ -13,9 +13,7 @@ pub struct McpServer {
     /// How to reach the server.
     #[serde(default)]
     pub transport: McpTransport,
-    /// `shared`: one instance whose tools every agent seat gets. `per_role`:
-    /// one instance per role listing it in `mcp_servers`, started with that
-    /// role's `mcp_env` (the role's own credentials).
+    /// Who shares one running instance.
     #[serde(default)]
     pub scope: McpScope,
     /// Program to start (`stdio` only).
@@ -69,6 +67,7 @@ pub enum McpScope {
     /// One instance; every agent seat gets its tools.
     #[default]
     Shared,
-    /// One instance per role that lists it, with the role's `mcp_env`.
+    /// One instance per role that lists it in its `mcp_servers`, started with
+    /// that role's `mcp_env` (the role's own credentials).
     PerRole,
 }

@@ -201,13 +201,15 @@ fn providers(company: &Company, org: &Organization, out: &mut Vec<Finding>) {
 }
 
 fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
-    if let Some(url) = url {
-        if !url.contains("${") && !url.starts_with("http://") && !url.starts_with("https://") {
-            out.push(Finding::new(
-                at.clone(),
-                format!("`{url}` must start with http:// or https://"),
-            ));
-        }
+    if let Some(url) = url
+        && !url.contains("${")
+        && !url.starts_with("http://")
+        && !url.starts_with("https://")
+    {
+        out.push(Finding::new(
+            at.clone(),
+            format!("`{url}` must start with http:// or https://"),
+        ));
     }
 }
 

@@ -1,0 +1,40 @@
+//! One module per command. A command returns the process exit code, or an
+//! error that is printed and exits with 2.
+
+mod schema;
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Crewlet runs an AI agent company described in YAML.
+#[derive(Debug, Parser)]
+#[command(name = "crewlet", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a company file or a bootstrap config.yaml and list every problem
+    /// (reads no environment, touches no network).
+    Validate(validate::Args),
+    /// Print the JSON Schema of a configuration file, or its reference docs.
+    Schema(schema::Args),
+}
+
+/// Exit code for a file that cannot be read (or another failure of the tool).
+pub const EXIT_UNREADABLE: u8 = 2;
+
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Schema(args) => schema::run(&args),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(EXIT_UNREADABLE)
+    })
+}
