@@ -199,7 +199,10 @@ mod tests {
     #[test]
     fn key_value_dsn_and_defaults() -> Result<(), StoreError> {
         let (_, t) = parse_dsn("host=h user=alice password=pw")?;
-        assert_eq!((t.host.as_str(), t.port, t.database.as_str()), ("h", 5432, "alice"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.database.as_str()),
+            ("h", 5432, "alice")
+        );
         Ok(())
     }
 

@@ -30,9 +30,7 @@ pub enum StoreError {
     #[error("cannot reach postgresql at {target}: {reason}")]
     Unreachable { target: DbTarget, reason: String },
 
-    #[error(
-        "postgresql at {target} does not offer the `{extension}` extension; {hint}"
-    )]
+    #[error("postgresql at {target} does not offer the `{extension}` extension; {hint}")]
     MissingExtension {
         target: DbTarget,
         extension: String,
@@ -125,7 +123,9 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 /// Maps a driver error to [`StoreError::Query`] naming `what` was attempted.
-pub(crate) fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+pub(crate) fn query_err(
+    what: impl Into<String>,
+) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
     let what = what.into();
     move |e| StoreError::Query {
         what,

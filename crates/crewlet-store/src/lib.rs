@@ -27,8 +27,8 @@ pub use db::{Database, DatabaseOptions, parse_dsn};
 pub use error::{DbTarget, StoreError};
 pub use events::{
     BufferedEventStore, BufferedOptions, CompositeEventStore, Cursor, EventPage, EventQuery,
-    EventStore, EventStoreWriter, MemoryEventStore, PostgresEventStore, TokenBreakdown,
-    TokenGroup, TokenTotals,
+    EventStore, EventStoreWriter, MemoryEventStore, PostgresEventStore, TokenBreakdown, TokenGroup,
+    TokenTotals,
 };
 pub use migrate::{
     DEFAULT_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus, Migrator,

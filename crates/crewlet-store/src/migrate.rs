@@ -353,7 +353,10 @@ impl Migrator {
 
 async fn applied_names(client: &deadpool_postgres::Object) -> Result<Vec<String>, StoreError> {
     let rows = client
-        .query("SELECT filename FROM schema_migrations ORDER BY filename", &[])
+        .query(
+            "SELECT filename FROM schema_migrations ORDER BY filename",
+            &[],
+        )
         .await
         .map_err(query_err("reading schema_migrations"))?;
     rows.iter()

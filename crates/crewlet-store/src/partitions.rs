@@ -117,7 +117,10 @@ async fn ensure_one(
     if partition_exists(&*client, &name, &what).await? {
         return Ok(None);
     }
-    let tx = client.transaction().await.map_err(query_err(what.clone()))?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(query_err(what.clone()))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PARTITION_LOCK_KEY])
         .await
         .map_err(query_err(what.clone()))?;

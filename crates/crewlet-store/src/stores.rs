@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use crate::db::Database;
+use crate::error::StoreError;
 use crate::events::{CompositeEventStore, EventStore, MemoryEventStore, PostgresEventStore};
 use crate::migrate::{MigrationOptions, MigrationReport, Migrator};
 use crate::repos::config_revisions::{
@@ -15,7 +16,6 @@ use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, Schedu
 use crate::repos::webhooks::{
     MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
 };
-use crate::error::StoreError;
 
 /// Every repository behind its trait, ready for the engine and the API.
 #[derive(Clone)]

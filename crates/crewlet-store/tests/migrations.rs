@@ -56,7 +56,10 @@ async fn first_run_applies_every_file_in_order_and_creates_every_table() -> anyh
         assert!(row.get::<_, bool>(0), "table {table} missing");
     }
     let recorded: Vec<String> = client
-        .query("SELECT filename FROM schema_migrations ORDER BY applied_at, filename", &[])
+        .query(
+            "SELECT filename FROM schema_migrations ORDER BY applied_at, filename",
+            &[],
+        )
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -113,7 +116,10 @@ async fn a_database_with_unknown_migrations_is_refused_by_name() -> anyhow::Resu
         other => panic!("expected UnknownMigrations, got {other:?}"),
     }
     let msg = err.map(|e| e.to_string()).unwrap_or_default();
-    assert!(msg.contains("9998_from_the_future.sql, 9999_also.sql"), "{msg}");
+    assert!(
+        msg.contains("9998_from_the_future.sql, 9999_also.sql"),
+        "{msg}"
+    );
     let status = migrator.status().await?;
     assert_eq!(status.unknown.len(), 2);
     assert!(!status.is_current());
@@ -170,12 +176,17 @@ async fn embedding_width_beyond_hnsw_limit_is_refused_before_touching_the_databa
     let Some((_guard, db)) = common::empty().await else {
         return;
     };
-    let err = Migrator::new(db, MigrationOptions { embedding_dim: 3072 })
-        .run()
-        .await
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = Migrator::new(
+        db,
+        MigrationOptions {
+            embedding_dim: 3072,
+        },
+    )
+    .run()
+    .await
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
     assert!(err.contains("3072"), "{err}");
 }
 
@@ -235,6 +246,9 @@ async fn missing_database_server_is_a_clear_error() {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(err.contains("cannot reach postgresql at 127.0.0.1:1"), "{err}");
+    assert!(
+        err.contains("cannot reach postgresql at 127.0.0.1:1"),
+        "{err}"
+    );
     assert!(!err.contains("pw123"), "{err}");
 }

@@ -25,7 +25,9 @@ impl TokenTotals {
     pub(crate) fn add(&mut self, input: u64, output: u64) {
         self.input_tokens = self.input_tokens.saturating_add(input);
         self.output_tokens = self.output_tokens.saturating_add(output);
-        self.total_tokens = self.total_tokens.saturating_add(input.saturating_add(output));
+        self.total_tokens = self
+            .total_tokens
+            .saturating_add(input.saturating_add(output));
         self.calls = self.calls.saturating_add(1);
     }
 }
@@ -167,7 +169,13 @@ pub(crate) fn rollup<'a>(
         total.add(i, o);
         let unknown = || UNKNOWN.to_owned();
         bump(&mut phase, t.phase.unwrap_or_else(unknown), None, i, o);
-        bump(&mut model, t.model.unwrap_or_else(unknown), t.provider.as_ref(), i, o);
+        bump(
+            &mut model,
+            t.model.unwrap_or_else(unknown),
+            t.provider.as_ref(),
+            i,
+            o,
+        );
         if let Some(worker) = t.auxiliary {
             bump(&mut aux, worker, None, i, o);
         }

@@ -223,7 +223,10 @@ impl Drop for BufferedEventStore {
     fn drop(&mut self) {
         let pending = self.pending();
         if pending > 0 {
-            warn!(pending, "buffered event store dropped without shutdown; events lost");
+            warn!(
+                pending,
+                "buffered event store dropped without shutdown; events lost"
+            );
         }
         if let Some(task) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();

@@ -63,7 +63,8 @@ impl EventStore for CompositeEventStore {
     }
 
     async fn recent(&self, query: &EventQuery) -> Result<EventPage, StoreError> {
-        let (durable, memory) = futures::join!(self.durable.recent(query), self.memory.recent(query));
+        let (durable, memory) =
+            futures::join!(self.durable.recent(query), self.memory.recent(query));
         let memory = memory?;
         let Some(durable) = durable_or_warn("recent events", durable) else {
             return Ok(memory);

@@ -61,7 +61,12 @@ impl MemoryEventStore {
     }
 
     fn select(&self, keep: impl Fn(&Event) -> bool) -> Vec<Event> {
-        self.lock().events.iter().filter(|e| keep(e)).cloned().collect()
+        self.lock()
+            .events
+            .iter()
+            .filter(|e| keep(e))
+            .cloned()
+            .collect()
     }
 }
 

@@ -30,7 +30,9 @@ pub use buffered::{BufferedEventStore, BufferedOptions};
 pub use composite::CompositeEventStore;
 pub use memory::{DEFAULT_MEMORY_CAPACITY, MemoryEventStore};
 pub use postgres::PostgresEventStore;
-pub use query::{Cursor, DEFAULT_PAGE_SIZE, EventPage, EventQuery, MAX_PAGE_SIZE, MAX_TRACE_EVENTS};
+pub use query::{
+    Cursor, DEFAULT_PAGE_SIZE, EventPage, EventQuery, MAX_PAGE_SIZE, MAX_TRACE_EVENTS,
+};
 pub use writer::EventStoreWriter;
 
 /// Stores and reads engine events. Every implementation drops stream-only

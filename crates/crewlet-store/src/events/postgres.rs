@@ -119,6 +119,91 @@ impl PostgresEventStore {
     pub fn database(&self) -> &Database {
         &self.db
     }
+
+    /// Bulk load through binary `COPY` straight into `crewlet_events`: the
+    /// fastest path, for imports and benchmarks. Unlike [`EventStore::append`]
+    /// there is no dedupe: an id already stored (same timestamp) fails the
+    /// whole copy. Stream-only events are skipped. Returns rows written.
+    pub async fn copy_in(&self, events: &[Event]) -> Result<u64, StoreError> {
+        use tokio_postgres::binary_copy::BinaryCopyInWriter;
+        use tokio_postgres::types::Type;
+
+        let events = storable(events);
+        let client = self.db.client().await?;
+        let sink = client
+            .copy_in(&format!(
+                "COPY crewlet_events ({INSERT_COLUMNS}) FROM STDIN BINARY"
+            ))
+            .await
+            .map_err(query_err("starting the event copy"))?;
+        let text = Type::TEXT;
+        let types = [
+            Type::TIMESTAMPTZ,
+            Type::UUID,
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            Type::INT4,
+            Type::JSONB,
+            Type::JSONB,
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text.clone(),
+            text,
+            Type::INT8,
+            Type::INT8,
+        ];
+        let writer = BinaryCopyInWriter::new(sink, &types);
+        futures::pin_mut!(writer);
+        let copy_err = query_err("copying events");
+        for e in &events {
+            let r = EventRow::from_event(e);
+            let (input, output) = r.token_counts();
+            let row: [&(dyn ToSql + Sync); 24] = [
+                &r.event_time,
+                &r.event_id,
+                &r.event_type,
+                &r.source,
+                &r.category,
+                &r.summary,
+                &r.agent_id,
+                &r.agent_role,
+                &r.task_id,
+                &r.channel_id,
+                &r.sender,
+                &r.trace_id,
+                &r.span_id,
+                &r.parent_span_id,
+                &r.delegation_depth,
+                &r.tags,
+                &r.payload,
+                &r.tokens.phase,
+                &r.tokens.model,
+                &r.tokens.provider,
+                &r.tokens.auxiliary,
+                &r.tokens.turn_id,
+                &input,
+                &output,
+            ];
+            if let Err(e) = writer.as_mut().write(&row).await {
+                return Err(copy_err(e));
+            }
+        }
+        writer
+            .finish()
+            .await
+            .map_err(query_err("finishing the event copy"))
+    }
 }
 
 fn decode_err(e: tokio_postgres::Error) -> StoreError {
@@ -169,10 +254,7 @@ fn read_event(r: &Row) -> Result<Event, StoreError> {
         sender: r.try_get(10).map_err(decode_err)?,
         trace_id: parse_opt::<TraceId>("trace_id", r.try_get(11).map_err(decode_err)?)?,
         span_id: parse_opt::<SpanId>("span_id", r.try_get(12).map_err(decode_err)?)?,
-        parent_span_id: parse_opt::<SpanId>(
-            "parent_span_id",
-            r.try_get(13).map_err(decode_err)?,
-        )?,
+        parent_span_id: parse_opt::<SpanId>("parent_span_id", r.try_get(13).map_err(decode_err)?)?,
         delegation_depth: u32::try_from(depth).unwrap_or(0),
         tags,
         payload: payload.unwrap_or(serde_json::Value::Null),
@@ -186,7 +268,11 @@ fn push(params: &mut Vec<Param>, p: impl ToSql + Sync + Send + 'static) -> Strin
     format!("${}", params.len())
 }
 
-fn token_group(r: &Row, key_col: usize, label_col: Option<usize>) -> Result<TokenGroup, StoreError> {
+fn token_group(
+    r: &Row,
+    key_col: usize,
+    label_col: Option<usize>,
+) -> Result<TokenGroup, StoreError> {
     let key: Option<String> = r.try_get(key_col).map_err(decode_err)?;
     let label: Option<String> = match label_col {
         Some(c) => r.try_get(c).map_err(decode_err)?,
@@ -439,7 +525,10 @@ impl EventStore for PostgresEventStore {
                 (_, _, true, _) => {
                     let g = token_group(r, 7, None)?;
                     // rows without a worker are the main agents' calls
-                    if r.try_get::<_, Option<String>>(7).map_err(decode_err)?.is_some() {
+                    if r.try_get::<_, Option<String>>(7)
+                        .map_err(decode_err)?
+                        .is_some()
+                    {
                         aux.push(g);
                     }
                 }

@@ -35,7 +35,12 @@ impl Cursor {
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}_{}", self.timestamp.timestamp_micros(), self.id.simple())
+        write!(
+            f,
+            "{}_{}",
+            self.timestamp.timestamp_micros(),
+            self.id.simple()
+        )
     }
 }
 
@@ -97,7 +102,9 @@ impl EventQuery {
 
     /// Whether `event` passes every filter and lies after the cursor.
     pub fn matches(&self, event: &Event) -> bool {
-        self.event_type.as_ref().is_none_or(|t| *t == event.event_type)
+        self.event_type
+            .as_ref()
+            .is_none_or(|t| *t == event.event_type)
             && self.category.as_ref().is_none_or(|c| *c == event.category)
             && self
                 .agent_id

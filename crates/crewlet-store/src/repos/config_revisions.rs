@@ -118,7 +118,10 @@ fn activate_in(revisions: &mut [ConfigRevision], revision_id: i64) -> Option<Con
 impl ConfigRevisions for MemoryConfigRevisions {
     async fn create(&self, new: NewRevision) -> Result<ConfigRevision, StoreError> {
         let mut revisions = self.lock();
-        let active = revisions.iter().find(|r| r.is_active).map(|r| r.revision_id);
+        let active = revisions
+            .iter()
+            .find(|r| r.is_active)
+            .map(|r| r.revision_id);
         if new.parent_revision_id != active {
             return Err(stale(new.parent_revision_id, active));
         }
@@ -176,7 +179,10 @@ impl ConfigRevisions for MemoryConfigRevisions {
                 .iter()
                 .find(|r| r.revision_id == revision_id)
                 .ok_or_else(|| StoreError::not_found("config revision", revision_id))?;
-            let active = revisions.iter().find(|r| r.is_active).map(|r| r.revision_id);
+            let active = revisions
+                .iter()
+                .find(|r| r.is_active)
+                .map(|r| r.revision_id);
             (target.payload.clone(), active)
         };
         self.create(NewRevision {
@@ -274,7 +280,10 @@ impl PostgresConfigRevisions {
             .await
             .map_err(query_err("locking company_config"))?;
         let active: Option<i64> = tx
-            .query_opt("SELECT revision_id FROM company_config WHERE is_active", &[])
+            .query_opt(
+                "SELECT revision_id FROM company_config WHERE is_active",
+                &[],
+            )
             .await
             .map_err(query_err("reading the active config revision"))?
             .map(|r| r.try_get(0))
@@ -364,9 +373,7 @@ impl ConfigRevisions for PostgresConfigRevisions {
         let client = self.db.client().await?;
         let rows = client
             .query(
-                &format!(
-                    "SELECT {COLUMNS} FROM company_config ORDER BY revision_id DESC LIMIT $1"
-                ),
+                &format!("SELECT {COLUMNS} FROM company_config ORDER BY revision_id DESC LIMIT $1"),
                 &[&i64::from(limit)],
             )
             .await

@@ -37,8 +37,11 @@ pub trait ThreadFollows: Send + Sync {
     async fn follow(&self, agent_handle: &str, thread: &ThreadRef) -> Result<bool, StoreError>;
     /// `true` when the agent was following the thread.
     async fn unfollow(&self, agent_handle: &str, thread: &ThreadRef) -> Result<bool, StoreError>;
-    async fn is_following(&self, agent_handle: &str, thread: &ThreadRef)
-    -> Result<bool, StoreError>;
+    async fn is_following(
+        &self,
+        agent_handle: &str,
+        thread: &ThreadRef,
+    ) -> Result<bool, StoreError>;
     /// Handles following the thread, sorted.
     async fn followers(&self, thread: &ThreadRef) -> Result<Vec<String>, StoreError>;
 }
@@ -61,11 +64,15 @@ impl MemoryThreadFollows {
 #[async_trait]
 impl ThreadFollows for MemoryThreadFollows {
     async fn follow(&self, agent_handle: &str, thread: &ThreadRef) -> Result<bool, StoreError> {
-        Ok(self.lock().insert((thread.clone(), agent_handle.to_owned())))
+        Ok(self
+            .lock()
+            .insert((thread.clone(), agent_handle.to_owned())))
     }
 
     async fn unfollow(&self, agent_handle: &str, thread: &ThreadRef) -> Result<bool, StoreError> {
-        Ok(self.lock().remove(&(thread.clone(), agent_handle.to_owned())))
+        Ok(self
+            .lock()
+            .remove(&(thread.clone(), agent_handle.to_owned())))
     }
 
     async fn is_following(
@@ -73,7 +80,9 @@ impl ThreadFollows for MemoryThreadFollows {
         agent_handle: &str,
         thread: &ThreadRef,
     ) -> Result<bool, StoreError> {
-        Ok(self.lock().contains(&(thread.clone(), agent_handle.to_owned())))
+        Ok(self
+            .lock()
+            .contains(&(thread.clone(), agent_handle.to_owned())))
     }
 
     async fn followers(&self, thread: &ThreadRef) -> Result<Vec<String>, StoreError> {
@@ -105,10 +114,17 @@ impl ThreadFollows for PostgresThreadFollows {
             .execute(
                 "INSERT INTO chat_thread_follows (backend, agent_handle, channel_id, thread_id)
                  VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                &[&thread.backend, &agent_handle, &thread.channel_id, &thread.thread_id],
+                &[
+                    &thread.backend,
+                    &agent_handle,
+                    &thread.channel_id,
+                    &thread.thread_id,
+                ],
             )
             .await
-            .map_err(query_err(format!("following a thread for `{agent_handle}`")))?;
+            .map_err(query_err(format!(
+                "following a thread for `{agent_handle}`"
+            )))?;
         Ok(n == 1)
     }
 
@@ -118,10 +134,17 @@ impl ThreadFollows for PostgresThreadFollows {
             .execute(
                 "DELETE FROM chat_thread_follows
                  WHERE backend = $1 AND agent_handle = $2 AND channel_id = $3 AND thread_id = $4",
-                &[&thread.backend, &agent_handle, &thread.channel_id, &thread.thread_id],
+                &[
+                    &thread.backend,
+                    &agent_handle,
+                    &thread.channel_id,
+                    &thread.thread_id,
+                ],
             )
             .await
-            .map_err(query_err(format!("unfollowing a thread for `{agent_handle}`")))?;
+            .map_err(query_err(format!(
+                "unfollowing a thread for `{agent_handle}`"
+            )))?;
         Ok(n == 1)
     }
 
@@ -135,7 +158,12 @@ impl ThreadFollows for PostgresThreadFollows {
             .query_opt(
                 "SELECT 1 FROM chat_thread_follows
                  WHERE backend = $1 AND agent_handle = $2 AND channel_id = $3 AND thread_id = $4",
-                &[&thread.backend, &agent_handle, &thread.channel_id, &thread.thread_id],
+                &[
+                    &thread.backend,
+                    &agent_handle,
+                    &thread.channel_id,
+                    &thread.thread_id,
+                ],
             )
             .await
             .map_err(query_err("reading thread follows"))?;

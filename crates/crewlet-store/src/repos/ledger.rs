@@ -157,16 +157,19 @@ impl TokenLedger for MemoryTokenLedger {
         ];
         // Both rows exist afterwards, charged or not, so /budgets shows them.
         for (scope, kind, max) in &scopes {
-            let row = state.budgets.entry(scope.clone()).or_insert_with(|| BudgetRow {
-                scope: scope.clone(),
-                budget_type: *kind,
-                agent_id: (*kind == BudgetType::Agent).then_some(charge.agent_id),
-                agent_handle: None,
-                used_tokens: 0,
-                max_tokens: *max,
-                refused_at: None,
-                updated_at: now,
-            });
+            let row = state
+                .budgets
+                .entry(scope.clone())
+                .or_insert_with(|| BudgetRow {
+                    scope: scope.clone(),
+                    budget_type: *kind,
+                    agent_id: (*kind == BudgetType::Agent).then_some(charge.agent_id),
+                    agent_handle: None,
+                    used_tokens: 0,
+                    max_tokens: *max,
+                    refused_at: None,
+                    updated_at: now,
+                });
             row.max_tokens = *max;
             if *kind == BudgetType::Agent {
                 row.agent_handle = Some(charge.agent_handle.clone());
@@ -254,19 +257,19 @@ impl PostgresTokenLedger {
 }
 
 const ENSURE_SCOPE: &str = "INSERT INTO token_budget_usage (scope, agent_handle, max_tokens)
-     VALUES ($1, $2, $3)
+     VALUES ($1, $2::text, $3::int8)
      ON CONFLICT (scope) DO NOTHING";
 
 const CHARGE_SCOPE: &str = "UPDATE token_budget_usage
-     SET used_tokens = used_tokens + $2,
-         max_tokens = $3,
-         agent_handle = coalesce($4, agent_handle),
+     SET used_tokens = used_tokens + $2::int8,
+         max_tokens = $3::int8,
+         agent_handle = coalesce($4::text, agent_handle),
          updated_at = now()
-     WHERE scope = $1 AND ($3 = 0 OR used_tokens + $2 <= $3)
+     WHERE scope = $1 AND ($3::int8 = 0 OR used_tokens + $2::int8 <= $3::int8)
      RETURNING used_tokens";
 
 const REFUSED_SCOPE: &str = "UPDATE token_budget_usage
-     SET refused_at = now(), max_tokens = $2
+     SET refused_at = now(), max_tokens = $2::int8
      WHERE scope = $1
      RETURNING used_tokens";
 
@@ -348,7 +351,9 @@ impl TokenLedger for PostgresTokenLedger {
                 &[&agent_handle, &tokens],
             )
             .await
-            .map_err(query_err(format!("recording token usage of `{agent_handle}`")))?;
+            .map_err(query_err(format!(
+                "recording token usage of `{agent_handle}`"
+            )))?;
         Ok(())
     }
 
@@ -365,7 +370,9 @@ impl TokenLedger for PostgresTokenLedger {
             .map_err(query_err("reading budgets"))?;
         rows.iter()
             .map(|r| {
-                let d = |e: tokio_postgres::Error| StoreError::decode("token_budget_usage", describe(&e));
+                let d = |e: tokio_postgres::Error| {
+                    StoreError::decode("token_budget_usage", describe(&e))
+                };
                 let scope: String = r.try_get(0).map_err(d)?;
                 let (budget_type, agent_id) = scope_kind(&scope)?;
                 Ok(BudgetRow {
@@ -435,7 +442,10 @@ mod tests {
 
     #[test]
     fn budget_type_is_lower_case_on_the_wire() {
-        assert_eq!(serde_json::to_string(&BudgetType::Org).ok().as_deref(), Some("\"org\""));
+        assert_eq!(
+            serde_json::to_string(&BudgetType::Org).ok().as_deref(),
+            Some("\"org\"")
+        );
         assert_eq!(
             serde_json::to_string(&BudgetType::Agent).ok().as_deref(),
             Some("\"agent\"")

@@ -24,8 +24,11 @@ pub struct OnboardingMarker {
 pub trait OnboardingMarkers: Send + Sync {
     async fn get(&self, agent_id: &AgentId) -> Result<Option<OnboardingMarker>, StoreError>;
     /// Records (or replaces) the agent's marker.
-    async fn mark(&self, agent_id: &AgentId, chain_hash: &str)
-    -> Result<OnboardingMarker, StoreError>;
+    async fn mark(
+        &self,
+        agent_id: &AgentId,
+        chain_hash: &str,
+    ) -> Result<OnboardingMarker, StoreError>;
 }
 
 #[derive(Debug, Default)]
@@ -99,7 +102,9 @@ impl OnboardingMarkers for PostgresOnboardingMarkers {
                 &[&agent_id.as_uuid()],
             )
             .await
-            .map_err(query_err(format!("reading the onboarding marker of {agent_id}")))?
+            .map_err(query_err(format!(
+                "reading the onboarding marker of {agent_id}"
+            )))?
             .map(|r| read_marker(&r))
             .transpose()
     }

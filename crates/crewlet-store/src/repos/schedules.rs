@@ -110,7 +110,10 @@ impl ScheduledRuns for PostgresScheduledRuns {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let client = self.db.client().await?;
         client
-            .execute("DELETE FROM scheduled_runs WHERE claimed_at < $1", &[&before])
+            .execute(
+                "DELETE FROM scheduled_runs WHERE claimed_at < $1",
+                &[&before],
+            )
             .await
             .map_err(query_err("pruning scheduled runs"))
     }

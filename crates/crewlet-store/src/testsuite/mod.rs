@@ -1,1 +1,151 @@
-//! placeholder
+//! The conformance suites (feature `testsuite`): one per repository trait,
+//! run against every implementation (memory and PostgreSQL) from
+//! `crates/crewlet-store/tests/`. Each case is a public async fn taking the
+//! subject; a `*_conformance!` macro expands every case of a suite into a
+//! `#[tokio::test]`, given a factory `|| async { Some((subject, guard)) }`
+//! (`None` skips, e.g. PostgreSQL absent outside CI; `guard` lives as long
+//! as the test, e.g. a throw-away database).
+
+pub mod config;
+pub mod events;
+pub mod ledger;
+pub mod ops;
+
+use std::fmt::Display;
+
+/// Unwraps a result or fails the test naming what was attempted.
+pub fn ok<T, E: Display>(r: Result<T, E>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{what} failed: {e}"),
+    }
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($make:expr, $suite:ident, [$($case:ident),* $(,)?]) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some((subject, _guard)) = ($make)().await else {
+                    return;
+                };
+                $crate::testsuite::$suite::$case(subject).await;
+            }
+        )*
+    };
+}
+
+/// Every [`crate::TokenLedger`] case, as tests.
+#[macro_export]
+macro_rules! token_ledger_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            ledger,
+            [
+                charges_accumulate_in_both_scopes,
+                concurrent_charges_never_overspend_the_agent_cap,
+                concurrent_charges_never_overspend_the_org_cap,
+                refusal_reports_type_used_and_max,
+                org_charge_is_rolled_back_when_the_agent_refuses,
+                org_refusal_charges_nothing,
+                zero_cap_is_unlimited,
+                reset_clears_usage_and_refusal,
+                usage_accumulates_per_handle,
+            ]
+        );
+    };
+}
+
+/// Every [`crate::ConfigRevisions`] case, as tests.
+#[macro_export]
+macro_rules! config_revisions_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            config,
+            [
+                first_revision_has_no_parent_and_can_be_activated,
+                stale_parent_is_a_conflict,
+                exactly_one_revision_is_active,
+                revert_appends_a_copy_and_activates_it,
+                list_is_newest_first_and_unknown_ids_are_not_found,
+                concurrent_edits_of_one_parent_let_exactly_one_win,
+                inactive_drafts_do_not_move_the_parent,
+            ]
+        );
+    };
+}
+
+/// Every [`crate::WebhookDeliveries`] case, as tests.
+#[macro_export]
+macro_rules! webhook_deliveries_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            ops,
+            [
+                first_claim_wins_and_a_repeat_within_five_minutes_is_a_duplicate,
+                a_repeat_after_the_window_is_claimable_again,
+                gc_removes_old_claims_and_the_key_is_claimable_again,
+                concurrent_claims_of_one_delivery_let_exactly_one_win,
+            ]
+        );
+    };
+}
+
+/// Every [`crate::ThreadFollows`] case, as tests.
+#[macro_export]
+macro_rules! thread_follows_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!($make, ops, [follow_unfollow_and_followers,]);
+    };
+}
+
+/// Every [`crate::ScheduledRuns`] case, as tests.
+#[macro_export]
+macro_rules! scheduled_runs_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            ops,
+            [
+                a_fire_is_claimed_at_most_once_across_claimers,
+                prune_forgets_old_claims,
+            ]
+        );
+    };
+}
+
+/// Every [`crate::OnboardingMarkers`] case, as tests.
+#[macro_export]
+macro_rules! onboarding_markers_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!($make, ops, [markers_are_absent_then_marked_then_replaced,]);
+    };
+}
+
+/// Every [`crate::EventStore`] case, as tests.
+#[macro_export]
+macro_rules! event_store_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            events,
+            [
+                append_then_get_round_trips_the_full_envelope,
+                turn_progress_is_never_stored,
+                duplicate_ids_are_stored_once,
+                recent_filters_by_type_category_agent_task_and_time,
+                keyset_paging_walks_every_event_once_newest_first,
+                page_size_defaults_to_50_and_is_capped_at_500,
+                by_trace_is_ordered_oldest_first_and_capped,
+                token_breakdown_groups_by_phase_model_worker_agent_and_turn,
+                token_breakdown_accepts_1_to_30_days_only,
+                unknown_id_is_none,
+            ]
+        );
+    };
+}

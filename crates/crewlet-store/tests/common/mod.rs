@@ -9,7 +9,10 @@ use crewlet_test_support::database::FreshDatabase;
 /// (skip) when PostgreSQL is absent outside CI.
 pub async fn migrated() -> Option<(FreshDatabase, Database)> {
     let (fresh, db) = empty().await?;
-    if let Err(e) = Migrator::new(db.clone(), MigrationOptions::default()).run().await {
+    if let Err(e) = Migrator::new(db.clone(), MigrationOptions::default())
+        .run()
+        .await
+    {
         panic!("migrating {} failed: {e}", fresh.name);
     }
     Some((fresh, db))

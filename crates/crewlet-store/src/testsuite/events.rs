@@ -1,0 +1,397 @@
+//! [`EventStore`] conformance.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, SubsecRound, Utc};
+use crewlet_core::{AgentId, Category, Event, EventType, TraceContext};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::ok;
+use crate::StoreError;
+use crate::events::{EventQuery, EventStore, MAX_TRACE_EVENTS};
+
+fn at(event: Event, t: DateTime<Utc>) -> Event {
+    Event {
+        timestamp: t,
+        ..event
+    }
+}
+
+/// A realistic phase event: `agent` ran `phase` on `model` in `turn`.
+pub fn phase_event(
+    agent: &str,
+    phase: &str,
+    model: &str,
+    turn: &str,
+    input: u64,
+    output: u64,
+) -> Event {
+    Event::new(EventType::AgentPhaseCompleted, "turn")
+        .with_agent(AgentId::for_seat("Conformance", agent), agent)
+        .with_payload(json!({
+            "phase": phase,
+            "model": model,
+            "provider": "openai",
+            "input_tokens": input,
+            "output_tokens": output,
+            "turn_id": turn,
+        }))
+}
+
+pub async fn append_then_get_round_trips_the_full_envelope(store: Arc<dyn EventStore>) {
+    let event = Event::new(EventType::AgentPhaseCompleted, "turn")
+        .with_summary("plan done")
+        .with_agent(AgentId::for_seat("Acme", "eng"), "Engineer")
+        .with_task("task-1")
+        .with_channel("C123")
+        .with_sender("U42")
+        .with_trace(TraceContext::new_root().child())
+        .with_delegation_depth(2)
+        .with_tag("phase", "plan")
+        .with_payload(
+            json!({"input_tokens": 120, "output_tokens": 30, "model": "gpt-x",
+                             "nested": {"list": [1, "two", null]}}),
+        );
+    let minimal = Event::new(EventType::Other("future.kind".into()), "elsewhere")
+        .with_category(Category::Other("telemetry".into()));
+    ok(
+        store.append(&[event.clone(), minimal.clone()]).await,
+        "append",
+    );
+
+    let mut expected = event.clone();
+    expected.timestamp = expected.timestamp.trunc_subsecs(6);
+    assert_eq!(ok(store.get(event.id).await, "get"), Some(expected));
+    let mut expected = minimal.clone();
+    expected.timestamp = expected.timestamp.trunc_subsecs(6);
+    assert_eq!(ok(store.get(minimal.id).await, "get"), Some(expected));
+}
+
+pub async fn turn_progress_is_never_stored(store: Arc<dyn EventStore>) {
+    let progress = Event::new(EventType::AgentTurnProgress, "turn");
+    let kept = Event::new(EventType::TaskStarted, "engine");
+    ok(
+        store.append(&[progress.clone(), kept.clone()]).await,
+        "append",
+    );
+    assert!(ok(store.get(progress.id).await, "get").is_none());
+    let page = ok(store.recent(&EventQuery::default()).await, "recent");
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].id, kept.id);
+}
+
+pub async fn duplicate_ids_are_stored_once(store: Arc<dyn EventStore>) {
+    let e = Event::new(EventType::TaskStarted, "engine");
+    ok(
+        store.append(&[e.clone(), e.clone()]).await,
+        "append a batch with a repeat",
+    );
+    ok(store.append(std::slice::from_ref(&e)).await, "append again");
+    let page = ok(store.recent(&EventQuery::default()).await, "recent");
+    assert_eq!(page.events.len(), 1);
+}
+
+pub async fn recent_filters_by_type_category_agent_task_and_time(store: Arc<dyn EventStore>) {
+    let now = Utc::now().trunc_subsecs(6);
+    let eng = AgentId::for_seat("Conformance", "eng");
+    let pm = AgentId::for_seat("Conformance", "pm");
+    let events = vec![
+        at(
+            Event::new(EventType::TaskStarted, "e")
+                .with_agent(eng, "eng")
+                .with_task("t1"),
+            now - Duration::minutes(5),
+        ),
+        at(
+            Event::new(EventType::TaskCompleted, "e")
+                .with_agent(eng, "eng")
+                .with_task("t1"),
+            now - Duration::minutes(4),
+        ),
+        at(
+            Event::new(EventType::TaskStarted, "e")
+                .with_agent(pm, "pm")
+                .with_task("t2"),
+            now - Duration::minutes(3),
+        ),
+        at(
+            Event::new(EventType::MessageSent, "e").with_agent(pm, "pm"),
+            now - Duration::minutes(2),
+        ),
+        at(
+            Event::new(EventType::RawWebhook, "api"),
+            now - Duration::minutes(1),
+        ),
+    ];
+    ok(store.append(&events).await, "append");
+    let ids = |q: EventQuery| {
+        let store = Arc::clone(&store);
+        async move {
+            ok(store.recent(&q).await, "recent")
+                .events
+                .iter()
+                .map(|e| e.id)
+                .collect::<Vec<Uuid>>()
+        }
+    };
+    let all = ids(EventQuery::default()).await;
+    assert_eq!(
+        all,
+        events.iter().rev().map(|e| e.id).collect::<Vec<_>>(),
+        "newest first"
+    );
+    let q = EventQuery {
+        event_type: Some(EventType::TaskStarted),
+        ..EventQuery::default()
+    };
+    assert_eq!(ids(q).await, vec![events[2].id, events[0].id]);
+    let q = EventQuery {
+        category: Some(Category::Task),
+        ..EventQuery::default()
+    };
+    assert_eq!(ids(q).await.len(), 3);
+    let q = EventQuery {
+        agent_id: Some(pm.to_string()),
+        ..EventQuery::default()
+    };
+    assert_eq!(ids(q).await, vec![events[3].id, events[2].id]);
+    let q = EventQuery {
+        task_id: Some("t1".into()),
+        ..EventQuery::default()
+    };
+    assert_eq!(ids(q).await, vec![events[1].id, events[0].id]);
+    let q = EventQuery {
+        since: Some(now - Duration::minutes(4)),
+        until: Some(now - Duration::minutes(2)),
+        ..EventQuery::default()
+    };
+    assert_eq!(
+        ids(q).await,
+        vec![events[2].id, events[1].id],
+        "since inclusive, until exclusive"
+    );
+    let q = EventQuery {
+        event_type: Some(EventType::TaskStarted),
+        agent_id: Some(eng.to_string()),
+        ..EventQuery::default()
+    };
+    assert_eq!(ids(q).await, vec![events[0].id]);
+    let q = EventQuery {
+        agent_id: Some("nobody".into()),
+        ..EventQuery::default()
+    };
+    assert!(ids(q).await.is_empty());
+}
+
+pub async fn keyset_paging_walks_every_event_once_newest_first(store: Arc<dyn EventStore>) {
+    // 120 events over 40 distinct instants: ties are broken by id.
+    let base = Utc::now().trunc_subsecs(6) - Duration::hours(1);
+    let events: Vec<Event> = (0..120)
+        .map(|i| {
+            at(
+                Event::new(EventType::TaskStarted, "e"),
+                base + Duration::seconds(i / 3),
+            )
+        })
+        .collect();
+    ok(store.append(&events).await, "append");
+    let mut seen = Vec::new();
+    let mut query = EventQuery {
+        limit: Some(50),
+        ..EventQuery::default()
+    };
+    let mut pages = 0;
+    loop {
+        let page = ok(store.recent(&query).await, "recent");
+        pages += 1;
+        assert!(page.events.len() <= 50);
+        seen.extend(page.events.iter().map(|e| (e.timestamp, e.id)));
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => break,
+        }
+        assert!(pages < 10, "paging does not end");
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 120);
+    let unique: HashSet<_> = seen.iter().map(|(_, id)| *id).collect();
+    assert_eq!(unique.len(), 120, "no event twice");
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, sorted, "strictly newest first across pages");
+}
+
+pub async fn page_size_defaults_to_50_and_is_capped_at_500(store: Arc<dyn EventStore>) {
+    let base = Utc::now().trunc_subsecs(6) - Duration::hours(2);
+    let events: Vec<Event> = (0..600)
+        .map(|i| {
+            at(
+                Event::new(EventType::MessageSent, "e"),
+                base + Duration::milliseconds(i),
+            )
+        })
+        .collect();
+    ok(store.append(&events).await, "append");
+    let page = ok(store.recent(&EventQuery::default()).await, "recent");
+    assert_eq!(page.events.len(), 50);
+    assert!(page.next.is_some());
+    let q = EventQuery {
+        limit: Some(10_000),
+        ..EventQuery::default()
+    };
+    let page = ok(store.recent(&q).await, "recent");
+    assert_eq!(page.events.len(), 500);
+    let q = EventQuery {
+        limit: Some(600),
+        after: page.next,
+        ..EventQuery::default()
+    };
+    let rest = ok(store.recent(&q).await, "recent");
+    assert_eq!(rest.events.len(), 100);
+    assert!(rest.next.is_none());
+}
+
+pub async fn by_trace_is_ordered_oldest_first_and_capped(store: Arc<dyn EventStore>) {
+    let root = TraceContext::new_root();
+    let base = Utc::now().trunc_subsecs(6) - Duration::minutes(30);
+    let traced: Vec<Event> = (0..3)
+        .rev()
+        .map(|i| {
+            at(
+                Event::new(EventType::TaskStarted, "e").with_trace(root.child()),
+                base + Duration::seconds(i),
+            )
+        })
+        .collect();
+    let other = Event::new(EventType::TaskStarted, "e").with_trace(TraceContext::new_root());
+    ok(store.append(&traced).await, "append");
+    ok(store.append(&[other]).await, "append");
+    let got: Vec<Uuid> = ok(store.by_trace(&root.trace_id).await, "by_trace")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(got, traced.iter().rev().map(|e| e.id).collect::<Vec<_>>());
+
+    let big = TraceContext::new_root();
+    let many: Vec<Event> = (0..MAX_TRACE_EVENTS as i64 + 10)
+        .map(|i| {
+            at(
+                Event::new(EventType::MessageSent, "e").with_trace(big.child()),
+                base + Duration::milliseconds(i),
+            )
+        })
+        .collect();
+    ok(store.append(&many).await, "append");
+    let got = ok(store.by_trace(&big.trace_id).await, "by_trace");
+    assert_eq!(got.len(), MAX_TRACE_EVENTS);
+    assert_eq!(
+        got.first().map(|e| e.id),
+        Some(many[0].id),
+        "the oldest are kept"
+    );
+}
+
+pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
+    store: Arc<dyn EventStore>,
+) {
+    let now = Utc::now();
+    let recent = now - Duration::hours(2);
+    let mut aux = phase_event("eng", "auxiliary", "mini", "t1", 5, 1);
+    if let Some(p) = aux.payload.as_object_mut() {
+        p.insert("auxiliary".into(), json!("diary_filter"));
+    }
+    let events = vec![
+        at(phase_event("eng", "plan", "big", "t1", 100, 10), recent),
+        at(phase_event("eng", "execute", "big", "t1", 200, 20), recent),
+        at(phase_event("eng", "review", "mini", "t1", 50, 5), recent),
+        at(aux, recent),
+        at(phase_event("pm", "plan", "big", "t2", 1000, 100), recent),
+        // Outside a 1-day window, inside a 7-day one.
+        at(
+            phase_event("pm", "plan", "big", "t3", 7, 7),
+            now - Duration::days(3),
+        ),
+        // Not a phase event: ignored.
+        at(
+            Event::new(EventType::AgentTurnCompleted, "turn")
+                .with_payload(json!({"input_tokens": 999})),
+            recent,
+        ),
+    ];
+    ok(store.append(&events).await, "append");
+
+    let b = ok(store.token_breakdown(1).await, "breakdown");
+    assert_eq!(b.since_days, 1);
+    assert_eq!(
+        (
+            b.total.input_tokens,
+            b.total.output_tokens,
+            b.total.total_tokens,
+            b.total.calls
+        ),
+        (1355, 136, 1491, 5)
+    );
+    let keys = |groups: &[crate::TokenGroup]| -> Vec<(String, u64, u64)> {
+        groups
+            .iter()
+            .map(|g| (g.key.clone(), g.tokens.total_tokens, g.tokens.calls))
+            .collect()
+    };
+    assert_eq!(
+        keys(&b.by_phase),
+        vec![
+            ("plan".into(), 1210, 2),
+            ("execute".into(), 220, 1),
+            ("review".into(), 55, 1),
+            ("auxiliary".into(), 6, 1),
+        ]
+    );
+    assert_eq!(
+        keys(&b.by_model),
+        vec![("big".into(), 1430, 3), ("mini".into(), 61, 2)]
+    );
+    assert_eq!(b.by_model[0].label.as_deref(), Some("openai"));
+    assert_eq!(keys(&b.by_auxiliary), vec![("diary_filter".into(), 6, 1)]);
+    let pm = AgentId::for_seat("Conformance", "pm").to_string();
+    let eng = AgentId::for_seat("Conformance", "eng").to_string();
+    assert_eq!(keys(&b.by_agent), vec![(pm, 1100, 1), (eng, 391, 4)]);
+    assert_eq!(b.by_agent[0].label.as_deref(), Some("pm"));
+    assert_eq!(
+        keys(&b.by_turn),
+        vec![("t2".into(), 1100, 1), ("t1".into(), 391, 4)]
+    );
+
+    let week = ok(store.token_breakdown(7).await, "breakdown");
+    assert_eq!(week.total.calls, 6);
+    assert_eq!(week.by_turn.len(), 3);
+}
+
+pub async fn token_breakdown_accepts_1_to_30_days_only(store: Arc<dyn EventStore>) {
+    for bad in [0, 31, 365] {
+        assert!(
+            matches!(
+                store.token_breakdown(bad).await,
+                Err(StoreError::InvalidInput { .. })
+            ),
+            "{bad} days accepted"
+        );
+    }
+    for good in [1, 30] {
+        let b = ok(store.token_breakdown(good).await, "breakdown");
+        assert_eq!(b.total.calls, 0);
+        assert!(b.by_phase.is_empty() && b.by_turn.is_empty());
+    }
+}
+
+pub async fn unknown_id_is_none(store: Arc<dyn EventStore>) {
+    assert!(ok(store.get(Uuid::now_v7()).await, "get").is_none());
+    assert!(
+        ok(
+            store.by_trace(&TraceContext::new_root().trace_id).await,
+            "by_trace"
+        )
+        .is_empty()
+    );
+}

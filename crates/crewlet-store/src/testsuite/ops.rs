@@ -1,0 +1,186 @@
+//! Conformance of the small operational repositories: webhook dedupe,
+//! thread follows, schedule claims, onboarding markers.
+
+use std::sync::Arc;
+
+use chrono::{Duration, Utc};
+use crewlet_core::AgentId;
+
+use super::ok;
+use crate::repos::follows::{ThreadFollows, ThreadRef};
+use crate::repos::onboarding::OnboardingMarkers;
+use crate::repos::schedules::{ScheduledFire, ScheduledRuns};
+use crate::repos::webhooks::WebhookDeliveries;
+
+pub async fn first_claim_wins_and_a_repeat_within_five_minutes_is_a_duplicate(
+    repo: Arc<dyn WebhookDeliveries>,
+) {
+    let t = Utc::now();
+    assert!(ok(repo.claim_at("github", "d-1", t).await, "claim"));
+    assert!(!ok(repo.claim_at("github", "d-1", t).await, "claim"));
+    assert!(!ok(
+        repo.claim_at("github", "d-1", t + Duration::minutes(4))
+            .await,
+        "claim"
+    ));
+    // Keys are per source.
+    assert!(ok(repo.claim_at("gitlab", "d-1", t).await, "claim"));
+    assert!(ok(repo.claim("github", "d-2").await, "claim now"));
+    assert!(!ok(repo.claim("github", "d-2").await, "claim now"));
+}
+
+pub async fn a_repeat_after_the_window_is_claimable_again(repo: Arc<dyn WebhookDeliveries>) {
+    let t = Utc::now();
+    assert!(ok(repo.claim_at("slack", "e-1", t).await, "claim"));
+    assert!(ok(
+        repo.claim_at("slack", "e-1", t + Duration::minutes(6))
+            .await,
+        "claim"
+    ));
+    // The re-claim restarts the window.
+    assert!(!ok(
+        repo.claim_at("slack", "e-1", t + Duration::minutes(8))
+            .await,
+        "claim"
+    ));
+}
+
+pub async fn gc_removes_old_claims_and_the_key_is_claimable_again(
+    repo: Arc<dyn WebhookDeliveries>,
+) {
+    let t = Utc::now() - Duration::hours(1);
+    assert!(ok(repo.claim_at("plane", "p-1", t).await, "claim"));
+    assert!(ok(
+        repo.claim_at("plane", "p-2", t + Duration::minutes(15))
+            .await,
+        "claim"
+    ));
+    assert_eq!(ok(repo.gc_at(t + Duration::minutes(10)).await, "gc"), 0);
+    assert_eq!(ok(repo.gc_at(t + Duration::minutes(21)).await, "gc"), 1);
+    assert!(ok(
+        repo.claim_at("plane", "p-1", t + Duration::minutes(21))
+            .await,
+        "claim"
+    ));
+    assert!(!ok(
+        repo.claim_at("plane", "p-2", t + Duration::minutes(16))
+            .await,
+        "claim"
+    ));
+}
+
+pub async fn concurrent_claims_of_one_delivery_let_exactly_one_win(
+    repo: Arc<dyn WebhookDeliveries>,
+) {
+    let t = Utc::now();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let repo = Arc::clone(&repo);
+        tasks.push(tokio::spawn(async move {
+            repo.claim_at("jira", "j-1", t).await
+        }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        if ok(ok(task.await, "claim task"), "claim") {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
+}
+
+pub async fn follow_unfollow_and_followers(repo: Arc<dyn ThreadFollows>) {
+    let thread = ThreadRef::new("slack", "C1", "1700000000.0001");
+    let other = ThreadRef::new("slack", "C1", "1700000000.0002");
+    assert!(!ok(repo.is_following("eng", &thread).await, "is_following"));
+    assert!(ok(repo.follow("eng", &thread).await, "follow"));
+    assert!(
+        !ok(repo.follow("eng", &thread).await, "follow again"),
+        "already following"
+    );
+    assert!(ok(repo.follow("pm", &thread).await, "follow"));
+    assert!(ok(repo.follow("eng", &other).await, "follow other"));
+    assert!(ok(repo.is_following("eng", &thread).await, "is_following"));
+    assert_eq!(
+        ok(repo.followers(&thread).await, "followers"),
+        vec!["eng".to_owned(), "pm".to_owned()]
+    );
+    assert!(ok(repo.unfollow("eng", &thread).await, "unfollow"));
+    assert!(!ok(repo.unfollow("eng", &thread).await, "unfollow again"));
+    assert!(!ok(repo.is_following("eng", &thread).await, "is_following"));
+    assert_eq!(
+        ok(repo.followers(&thread).await, "followers"),
+        vec!["pm".to_owned()]
+    );
+    assert!(ok(
+        repo.is_following("eng", &other).await,
+        "other thread untouched"
+    ));
+    let elsewhere = ThreadRef::new("teams", "C1", "1700000000.0001");
+    assert!(ok(repo.followers(&elsewhere).await, "followers").is_empty());
+}
+
+fn fire(target: &str) -> ScheduledFire {
+    ScheduledFire {
+        scope: "unit:platform".to_owned(),
+        schedule_name: "standup".to_owned(),
+        fire_label: "2026-03-12T09:00Z".to_owned(),
+        target: target.to_owned(),
+    }
+}
+
+pub async fn a_fire_is_claimed_at_most_once_across_claimers(repo: Arc<dyn ScheduledRuns>) {
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let repo = Arc::clone(&repo);
+        tasks.push(tokio::spawn(async move {
+            repo.claim(&fire("eng"), &format!("node-{i}")).await
+        }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        if ok(ok(task.await, "claim task"), "claim") {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
+    assert!(ok(
+        repo.claim(&fire("pm"), "node-0").await,
+        "another target"
+    ));
+    let mut later = fire("eng");
+    later.fire_label = "2026-03-13T09:00Z".to_owned();
+    assert!(ok(repo.claim(&later, "node-0").await, "another fire"));
+}
+
+pub async fn prune_forgets_old_claims(repo: Arc<dyn ScheduledRuns>) {
+    assert!(ok(repo.claim(&fire("eng"), "n").await, "claim"));
+    assert_eq!(
+        ok(repo.prune(Utc::now() - Duration::hours(1)).await, "prune"),
+        0
+    );
+    assert!(!ok(repo.claim(&fire("eng"), "n").await, "claim"));
+    assert_eq!(
+        ok(repo.prune(Utc::now() + Duration::seconds(1)).await, "prune"),
+        1
+    );
+    assert!(ok(repo.claim(&fire("eng"), "n").await, "claim after prune"));
+}
+
+pub async fn markers_are_absent_then_marked_then_replaced(repo: Arc<dyn OnboardingMarkers>) {
+    let id = AgentId::for_seat("Conformance", "eng");
+    assert!(ok(repo.get(&id).await, "get").is_none());
+    let m = ok(repo.mark(&id, "chain-1").await, "mark");
+    assert_eq!((m.agent_id, m.chain_hash.as_str()), (id, "chain-1"));
+    assert_eq!(
+        ok(repo.get(&id).await, "get").map(|m| m.chain_hash),
+        Some("chain-1".to_owned())
+    );
+    ok(repo.mark(&id, "chain-2").await, "mark again");
+    assert_eq!(
+        ok(repo.get(&id).await, "get").map(|m| m.chain_hash),
+        Some("chain-2".to_owned())
+    );
+    let other = AgentId::for_seat("Conformance", "pm");
+    assert!(ok(repo.get(&other).await, "get other").is_none());
+}

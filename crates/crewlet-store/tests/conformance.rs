@@ -1,0 +1,163 @@
+//! Every conformance suite against every backend: memory, PostgreSQL (a
+//! fresh database per test) and, for events, the composite store.
+
+mod common;
+
+use std::sync::Arc;
+
+use crewlet_store::*;
+
+mod memory {
+    use super::*;
+
+    crewlet_store::token_ledger_conformance!(|| async {
+        Some((
+            Arc::new(MemoryTokenLedger::new()) as Arc<dyn TokenLedger>,
+            (),
+        ))
+    });
+    crewlet_store::config_revisions_conformance!(|| async {
+        Some((
+            Arc::new(MemoryConfigRevisions::new()) as Arc<dyn ConfigRevisions>,
+            (),
+        ))
+    });
+    mod webhooks {
+        use super::*;
+        crewlet_store::webhook_deliveries_conformance!(|| async {
+            Some((
+                Arc::new(MemoryWebhookDeliveries::new()) as Arc<dyn WebhookDeliveries>,
+                (),
+            ))
+        });
+    }
+    mod follows {
+        use super::*;
+        crewlet_store::thread_follows_conformance!(|| async {
+            Some((
+                Arc::new(MemoryThreadFollows::new()) as Arc<dyn ThreadFollows>,
+                (),
+            ))
+        });
+    }
+    mod schedules {
+        use super::*;
+        crewlet_store::scheduled_runs_conformance!(|| async {
+            Some((
+                Arc::new(MemoryScheduledRuns::new()) as Arc<dyn ScheduledRuns>,
+                (),
+            ))
+        });
+    }
+    mod onboarding {
+        use super::*;
+        crewlet_store::onboarding_markers_conformance!(|| async {
+            Some((
+                Arc::new(MemoryOnboardingMarkers::new()) as Arc<dyn OnboardingMarkers>,
+                (),
+            ))
+        });
+    }
+    mod events {
+        use super::*;
+        crewlet_store::event_store_conformance!(|| async {
+            Some((Arc::new(MemoryEventStore::new()) as Arc<dyn EventStore>, ()))
+        });
+    }
+}
+
+mod postgres {
+    use super::*;
+
+    crewlet_store::token_ledger_conformance!(|| async {
+        let (guard, db) = common::migrated().await?;
+        Some((
+            Arc::new(PostgresTokenLedger::new(db)) as Arc<dyn TokenLedger>,
+            guard,
+        ))
+    });
+    crewlet_store::config_revisions_conformance!(|| async {
+        let (guard, db) = common::migrated().await?;
+        Some((
+            Arc::new(PostgresConfigRevisions::new(db)) as Arc<dyn ConfigRevisions>,
+            guard,
+        ))
+    });
+    mod webhooks {
+        use super::*;
+        crewlet_store::webhook_deliveries_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresWebhookDeliveries::new(db)) as Arc<dyn WebhookDeliveries>,
+                guard,
+            ))
+        });
+    }
+    mod follows {
+        use super::*;
+        crewlet_store::thread_follows_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresThreadFollows::new(db)) as Arc<dyn ThreadFollows>,
+                guard,
+            ))
+        });
+    }
+    mod schedules {
+        use super::*;
+        crewlet_store::scheduled_runs_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresScheduledRuns::new(db)) as Arc<dyn ScheduledRuns>,
+                guard,
+            ))
+        });
+    }
+    mod onboarding {
+        use super::*;
+        crewlet_store::onboarding_markers_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresOnboardingMarkers::new(db)) as Arc<dyn OnboardingMarkers>,
+                guard,
+            ))
+        });
+    }
+    mod events {
+        use super::*;
+        crewlet_store::event_store_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresEventStore::new(db)) as Arc<dyn EventStore>,
+                guard,
+            ))
+        });
+    }
+}
+
+mod composite {
+    use super::*;
+
+    mod over_postgres {
+        use super::*;
+        crewlet_store::event_store_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            let store = CompositeEventStore::new(
+                Arc::new(MemoryEventStore::new()),
+                Arc::new(PostgresEventStore::new(db)),
+            );
+            Some((Arc::new(store) as Arc<dyn EventStore>, guard))
+        });
+    }
+
+    mod over_memory {
+        use super::*;
+        crewlet_store::event_store_conformance!(|| async {
+            let store = CompositeEventStore::new(
+                Arc::new(MemoryEventStore::new()),
+                Arc::new(MemoryEventStore::with_capacity(100_000)),
+            );
+            Some((Arc::new(store) as Arc<dyn EventStore>, ()))
+        });
+    }
+}
