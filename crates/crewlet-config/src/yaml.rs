@@ -282,8 +282,10 @@ impl Builder {
         self.problems.push(TreeProblem { path, loc, message });
     }
 
-    fn add(&mut self, node: Node, anchor: usize) -> Result<(), ()> {
-        self.nodes += node.size();
+    /// Adds a finished node to the innermost collection. `weight` is how many
+    /// new nodes it brings: 1, or the whole copied tree for an alias.
+    fn add(&mut self, node: Node, anchor: usize, weight: usize) -> Result<(), ()> {
+        self.nodes += weight;
         if self.nodes > MAX_NODES {
             self.problem(
                 YamlPath::root(),
@@ -386,6 +388,7 @@ impl Builder {
                 loc,
             },
             anchor,
+            1,
         )
     }
 }
@@ -442,10 +445,13 @@ pub fn parse(text: &str) -> Parsed {
                     }),
                     loc,
                 };
-                b.add(node, anchor)
+                b.add(node, anchor, 1)
             }
             Event::Alias(id) => match b.anchors.get(&id).cloned() {
-                Some(node) => b.add(node, 0),
+                Some(node) => {
+                    let weight = node.size();
+                    b.add(node, 0, weight)
+                }
                 None => {
                     let path = b.next_path();
                     b.problem(path, loc, "alias to an unknown anchor".into());
@@ -483,6 +489,7 @@ pub fn parse(text: &str) -> Parsed {
                         loc,
                     },
                     anchor,
+                    1,
                 ),
                 _ => Err(()),
             },

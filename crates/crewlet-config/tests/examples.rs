@@ -233,3 +233,16 @@ fn agent_ids_are_stable() {
 }
 
 const PINNED_SRE_ID: &str = "2d961111-5175-54cd-866f-03f533335f11";
+
+#[test]
+fn companies_round_trip_through_json() {
+    // The API accepts JSON bodies and the store keeps revisions as JSONB:
+    // JSON is YAML, so the same validation reads it back unchanged.
+    for rel in ["quickstart/company.yaml", "acme/company.yaml"] {
+        let (company, _) = company(rel);
+        let json = serde_json::to_string(&company).unwrap_or_default();
+        let back = Company::from_yaml("revision.json", &json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, company, "{rel}");
+        assert!(back.validate().is_ok(), "{rel}");
+    }
+}
