@@ -20,8 +20,14 @@ enum Command {
         #[command(subcommand)]
         action: xtask::services::Action,
     },
-    /// Run the CI checks: rustfmt, clippy (-D warnings) and the whole test suite.
-    Ci,
+    /// Run the CI checks: start the services (idempotent), then rustfmt,
+    /// clippy (-D warnings) and the whole test suite.
+    Ci {
+        /// Do not start PostgreSQL and Pulsar first (tests needing them then
+        /// skip, or fail under CI=true).
+        #[arg(long)]
+        no_services: bool,
+    },
     /// Regenerate docs/schema/*.schema.json from the `crewlet schema` command.
     Schema(xtask::schema::Args),
     /// Run a benchmark and print its figures.
@@ -35,7 +41,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Services { action } => xtask::services::run(action),
-        Command::Ci => xtask::ci::run(),
+        Command::Ci { no_services } => {
+            if !no_services {
+                println!("==> services up (a no-op when already running)");
+                xtask::services::run(xtask::services::Action::Up { only: None })?;
+            }
+            xtask::ci::run()
+        }
         Command::Schema(args) => xtask::schema::run(&args),
         Command::Bench { bench } => bench.run(),
     }
