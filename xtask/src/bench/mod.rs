@@ -39,6 +39,8 @@ macro_rules! benches {
 benches! {
     /// Wall time of `crewlet validate` on a company file (release build).
     Validate => validate,
+    /// Event store inserts/s (buffered, per publish, raw COPY) and token-breakdown latency.
+    Store => store,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.
