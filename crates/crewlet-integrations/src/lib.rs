@@ -18,8 +18,7 @@ pub mod mcp;
 pub mod webhook;
 
 pub use mcp::{
-    CallToolResult, ContentBlock, McpClient, McpError, McpHub, McpHubPlan, McpScope,
-    McpServerSpec, McpStartFailure, McpTool, McpTransport, RoleMcpServers, ServerInfo,
-    ToolAnnotations,
+    CallToolResult, ContentBlock, McpClient, McpError, McpHub, McpHubPlan, McpScope, McpServerSpec,
+    McpStartFailure, McpTool, McpTransport, RoleMcpServers, ServerInfo, ToolAnnotations,
 };
 pub use webhook::{Headers, Inbound, Notification, Source, WebhookError};

@@ -19,7 +19,12 @@ enum Transport {
 }
 
 impl Transport {
-    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, McpError> {
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, McpError> {
         match self {
             Transport::Stdio(t) => t.request(method, params, timeout).await,
             Transport::Http(t) => t.request(method, params, timeout).await,
@@ -82,7 +87,9 @@ impl McpClient {
         spec.validate()?;
         let tools_changed = Arc::new(AtomicBool::new(false));
         let transport = match spec.transport {
-            McpTransport::Stdio => Transport::Stdio(StdioTransport::spawn(spec, tools_changed.clone())?),
+            McpTransport::Stdio => {
+                Transport::Stdio(StdioTransport::spawn(spec, tools_changed.clone())?)
+            }
             McpTransport::Http => Transport::Http(HttpTransport::new(spec, tools_changed.clone())?),
         };
         let handshake = tokio::time::timeout(
@@ -95,10 +102,20 @@ impl McpClient {
             Ok(Err(e)) => {
                 let e = match e {
                     // The process died before answering: a start failure, with its last words.
-                    McpError::Closed { server, reason, stderr, .. } => McpError::StartFailed {
+                    McpError::Closed {
+                        server,
+                        reason,
+                        stderr,
+                        ..
+                    } => McpError::StartFailed {
                         server,
                         reason: format!("it exited during initialize: {reason}"),
                         stderr,
+                    },
+                    McpError::Timeout { server, .. } => McpError::StartupTimeout {
+                        server,
+                        after: spec.startup_timeout,
+                        stderr: transport.stderr_tail(),
                     },
                     other => other,
                 };
@@ -163,14 +180,23 @@ impl McpClient {
     /// server forgot is re-initialized and the request retried once.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
         let timeout = self.inner.request_timeout;
-        match self.inner.transport.request(method, params.clone(), timeout).await {
+        match self
+            .inner
+            .transport
+            .request(method, params.clone(), timeout)
+            .await
+        {
             Err(McpError::SessionExpired { .. }) => {
                 if let Transport::Http(http) = &self.inner.transport {
                     http.reset_session();
                     tracing::info!(mcp_server = %self.inner.name, "mcp session expired; starting a new one");
                     let info = tokio::time::timeout(
                         self.inner.startup_timeout,
-                        handshake(&self.inner.transport, &self.inner.name, self.inner.startup_timeout),
+                        handshake(
+                            &self.inner.transport,
+                            &self.inner.name,
+                            self.inner.startup_timeout,
+                        ),
                     )
                     .await
                     .map_err(|_| McpError::StartupTimeout {
@@ -234,8 +260,16 @@ impl McpClient {
     /// Calls a tool. A tool-level failure is `Ok` with `is_error: true`;
     /// `Err` is the server's or the connection's failure (unknown tool,
     /// timeout, closed).
-    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<CallToolResult, McpError> {
-        let arguments = if arguments.is_null() { json!({}) } else { arguments };
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, McpError> {
+        let arguments = if arguments.is_null() {
+            json!({})
+        } else {
+            arguments
+        };
         let result = self
             .request("tools/call", json!({"name": name, "arguments": arguments}))
             .await?;
@@ -263,9 +297,17 @@ impl McpClient {
 }
 
 /// `initialize`, protocol version check, `notifications/initialized`.
-async fn handshake(transport: &Transport, server: &str, timeout: Duration) -> Result<ServerInfo, McpError> {
+async fn handshake(
+    transport: &Transport,
+    server: &str,
+    timeout: Duration,
+) -> Result<ServerInfo, McpError> {
     let result = transport
-        .request("initialize", protocol::initialize_params(PROTOCOL_VERSION), timeout)
+        .request(
+            "initialize",
+            protocol::initialize_params(PROTOCOL_VERSION),
+            timeout,
+        )
         .await?;
     let info = ServerInfo::from_initialize(&result).map_err(|reason| McpError::Protocol {
         server: server.to_string(),

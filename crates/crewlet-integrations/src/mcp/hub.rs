@@ -102,7 +102,10 @@ impl McpHub {
         }
         for role in plan.roles {
             for spec in &role.servers {
-                jobs.push((McpScope::Role(role.role.clone()), spec.for_role(&role.mcp_env)));
+                jobs.push((
+                    McpScope::Role(role.role.clone()),
+                    spec.for_role(&role.mcp_env),
+                ));
             }
         }
         let results = futures::future::join_all(jobs.into_iter().map(|(scope, spec)| async move {
@@ -127,7 +130,11 @@ impl McpHub {
                 }
                 Err(error) => {
                     tracing::warn!(mcp_server = %server, %scope, %error, "mcp server skipped");
-                    failures.push(McpStartFailure { scope, server, error });
+                    failures.push(McpStartFailure {
+                        scope,
+                        server,
+                        error,
+                    });
                 }
             }
         }

@@ -77,7 +77,8 @@ pub enum McpError {
         method: String,
         code: i64,
         message: String,
-        data: Option<serde_json::Value>,
+        /// The error's `data`, as sent.
+        data: Option<Box<serde_json::Value>>,
     },
     /// The server's answer is not what the protocol says.
     #[error("mcp server `{server}` sent an invalid answer to {method}: {reason}")]
@@ -141,7 +142,10 @@ impl McpError {
 
     /// A request or startup timeout.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, McpError::Timeout { .. } | McpError::StartupTimeout { .. })
+        matches!(
+            self,
+            McpError::Timeout { .. } | McpError::StartupTimeout { .. }
+        )
     }
 }
 
@@ -157,7 +161,10 @@ pub(crate) fn on_notification(
             tools_changed.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         "notifications/message" => {
-            let level = params.get("level").and_then(|l| l.as_str()).unwrap_or("info");
+            let level = params
+                .get("level")
+                .and_then(|l| l.as_str())
+                .unwrap_or("info");
             let data = params.get("data").cloned().unwrap_or_default();
             match level {
                 "debug" => tracing::debug!(mcp_server = %server, %data, "mcp server log"),

@@ -241,7 +241,10 @@ pub(crate) fn classify(mut msg: Value) -> Incoming {
     let Some(obj) = msg.as_object_mut() else {
         return Incoming::Invalid("not a JSON object".into());
     };
-    let method = obj.get("method").and_then(Value::as_str).map(str::to_string);
+    let method = obj
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let id = obj.remove("id").filter(|id| !id.is_null());
     match (method, id) {
         (Some(method), Some(id)) => Incoming::Request { id, method },
@@ -272,7 +275,9 @@ pub(crate) fn classify(mut msg: Value) -> Incoming {
                 }
             }
         }
-        (None, None) => Incoming::Invalid("neither a request, a response nor a notification".into()),
+        (None, None) => {
+            Incoming::Invalid("neither a request, a response nor a notification".into())
+        }
     }
 }
 
@@ -322,7 +327,10 @@ mod tests {
             Incoming::Response { outcome: Ok(_), .. }
         ));
         match classify(json!({"jsonrpc":"2.0","id":"4","error":{"code":-32602,"message":"bad"}})) {
-            Incoming::Response { id, outcome: Err(e) } => {
+            Incoming::Response {
+                id,
+                outcome: Err(e),
+            } => {
                 assert_eq!(response_id(&id), Some(4));
                 assert_eq!(e.code, -32602);
             }
@@ -337,7 +345,10 @@ mod tests {
             Incoming::Notification { .. }
         ));
         assert!(matches!(classify(json!([1])), Incoming::Invalid(_)));
-        assert!(matches!(classify(json!({"jsonrpc":"2.0"})), Incoming::Invalid(_)));
+        assert!(matches!(
+            classify(json!({"jsonrpc":"2.0"})),
+            Incoming::Invalid(_)
+        ));
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl StdioTransport {
                 method: method.to_string(),
                 code: e.code,
                 message: e.message,
-                data: e.data,
+                data: e.data.map(Box::new),
             }),
             Ok(Err(_closed)) => Err(self.closed_error(method).await),
             Err(_elapsed) => {

@@ -292,7 +292,7 @@ impl HttpTransport {
                     method: method.to_string(),
                     code: e.code,
                     message: e.message,
-                    data: e.data,
+                    data: e.data.map(Box::new),
                 }))
             }
             Incoming::Request {

@@ -45,7 +45,8 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         (None, None, Some(_)) => "page".to_string(),
         (None, None, None) => String::new(),
     };
-    let routed = kind.starts_with("page") || kind.starts_with("blog") || kind.starts_with("comment");
+    let routed =
+        kind.starts_with("page") || kind.starts_with("blog") || kind.starts_with("comment");
     if !routed || kind.ends_with("_removed") || kind.ends_with("_trashed") {
         return Ok(Inbound::ignored(
             Some(delivery),
@@ -85,7 +86,9 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
     let storage = text(subject, &["body", "storage", "value"]).unwrap_or_default();
     let title = text(&container, &["title"]);
     let body_text = if storage.is_empty() {
-        text(subject, &["excerpt"]).or_else(|| title.clone()).unwrap_or_default()
+        text(subject, &["excerpt"])
+            .or_else(|| title.clone())
+            .unwrap_or_default()
     } else {
         strip_html(&storage)
     };
@@ -166,7 +169,10 @@ mod tests {
                 "X-Hub-Signature".to_string(),
                 format!("sha256={}", hex::encode(hmac_sha256(b"s", &[&body]))),
             ),
-            ("X-Atlassian-Webhook-Identifier".to_string(), "c-1".to_string()),
+            (
+                "X-Atlassian-Webhook-Identifier".to_string(),
+                "c-1".to_string(),
+            ),
         ];
         let n = receive(&headers, &body, Some(b"s")).unwrap();
         let n = n.notification().unwrap();
@@ -199,9 +205,15 @@ mod tests {
     #[test]
     fn other_events_ignored_bad_payloads_refused() {
         let space = br#"{"webhookEvent":"space_created","space":{"key":"X"}}"#;
-        assert!(matches!(normalize(&[("a", "b")], space).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&[("a", "b")], space).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let removed = br#"{"webhookEvent":"page_removed","page":{"id":1,"spaceKey":"X"}}"#;
-        assert!(matches!(normalize(&[("a", "b")], removed).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&[("a", "b")], removed).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let no_space = br#"{"webhookEvent":"page_created","page":{"id":1}}"#;
         assert!(matches!(
             normalize(&[("a", "b")], no_space),

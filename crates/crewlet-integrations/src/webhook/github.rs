@@ -75,10 +75,11 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         from: SOURCE,
         reason: format!("{event} event without its issue or pull request"),
     })?;
-    let repo = text(&payload, &["repository", "full_name"]).ok_or_else(|| WebhookError::BadJson {
-        from: SOURCE,
-        reason: format!("{event} event without repository.full_name"),
-    })?;
+    let repo =
+        text(&payload, &["repository", "full_name"]).ok_or_else(|| WebhookError::BadJson {
+            from: SOURCE,
+            reason: format!("{event} event without repository.full_name"),
+        })?;
 
     let title = text(item, &["title"]);
     let body_text = match comment {
@@ -114,7 +115,10 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
             .into_iter()
             .chain(match comment {
                 // A new issue or PR can address someone in its title too.
-                None => title.as_deref().map(mentions::at_handles).unwrap_or_default(),
+                None => title
+                    .as_deref()
+                    .map(mentions::at_handles)
+                    .unwrap_or_default(),
                 Some(_) => Vec::new(),
             }),
     );
@@ -170,7 +174,10 @@ mod tests {
                 "X-Hub-Signature-256".into(),
                 format!("sha256={}", hex::encode(hmac_sha256(secret, &[body]))),
             ),
-            ("X-GitHub-Delivery".into(), "72d3162e-cc78-11e3-81ab-4c9367dc0958".into()),
+            (
+                "X-GitHub-Delivery".into(),
+                "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
+            ),
             ("X-GitHub-Event".into(), event.into()),
         ]
     }
@@ -183,9 +190,18 @@ mod tests {
             SIGNATURE_HEADER,
             "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
         )];
-        verify(&headers, b"Hello, World!", Some(b"It's a Secret to Everybody")).unwrap();
+        verify(
+            &headers,
+            b"Hello, World!",
+            Some(b"It's a Secret to Everybody"),
+        )
+        .unwrap();
         assert!(matches!(
-            verify(&headers, b"Hello, World?", Some(b"It's a Secret to Everybody")),
+            verify(
+                &headers,
+                b"Hello, World?",
+                Some(b"It's a Secret to Everybody")
+            ),
             Err(WebhookError::BadSignature { .. })
         ));
     }
@@ -193,10 +209,17 @@ mod tests {
     #[test]
     fn missing_signature_or_secret() {
         assert_eq!(
-            verify(&[("x", "y")], b"{}", Some(b"s")).unwrap_err().status_code(),
+            verify(&[("x", "y")], b"{}", Some(b"s"))
+                .unwrap_err()
+                .status_code(),
             401
         );
-        assert_eq!(verify(&[("x", "y")], b"{}", None).unwrap_err().status_code(), 503);
+        assert_eq!(
+            verify(&[("x", "y")], b"{}", None)
+                .unwrap_err()
+                .status_code(),
+            503
+        );
         let sha1 = [(SIGNATURE_HEADER, "sha1=abcd")];
         assert!(matches!(
             verify(&sha1, b"{}", Some(b"s")),
@@ -234,7 +257,10 @@ mod tests {
         assert_eq!(n.sender.as_deref(), Some("octocat"));
         assert_eq!(n.assignees, ["alice", "dave"]);
         assert_eq!(n.mentions, ["alice", "bob", "carol"]);
-        assert_eq!(n.url.as_deref(), Some("https://github.com/acme/app/issues/42"));
+        assert_eq!(
+            n.url.as_deref(),
+            Some("https://github.com/acme/app/issues/42")
+        );
     }
 
     #[test]

@@ -108,8 +108,8 @@ fn verify_standard<H: Headers + ?Sized>(
         header,
     };
     let id = get(headers, WEBHOOK_ID_HEADER).ok_or_else(|| missing(WEBHOOK_ID_HEADER))?;
-    let ts = get(headers, WEBHOOK_TIMESTAMP_HEADER)
-        .ok_or_else(|| missing(WEBHOOK_TIMESTAMP_HEADER))?;
+    let ts =
+        get(headers, WEBHOOK_TIMESTAMP_HEADER).ok_or_else(|| missing(WEBHOOK_TIMESTAMP_HEADER))?;
     check_timestamp(SOURCE, WEBHOOK_TIMESTAMP_HEADER, ts, now)?;
     let key = standard_key(whsec).ok_or(WebhookError::MissingSecret {
         from: SOURCE,
@@ -123,7 +123,11 @@ fn verify_standard<H: Headers + ?Sized>(
         let Ok(tag) = BASE64.decode(b64) else {
             return false;
         };
-        hmac_matches(&key, &[id.as_bytes(), b".", ts.as_bytes(), b".", body], &tag)
+        hmac_matches(
+            &key,
+            &[id.as_bytes(), b".", ts.as_bytes(), b".", body],
+            &tag,
+        )
     });
     if matched {
         Ok(())
@@ -159,12 +163,11 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         .get("object_attributes")
         .cloned()
         .unwrap_or_default();
-    let project = text(&payload, &["project", "path_with_namespace"]).ok_or_else(|| {
-        WebhookError::BadJson {
+    let project =
+        text(&payload, &["project", "path_with_namespace"]).ok_or_else(|| WebhookError::BadJson {
             from: SOURCE,
             reason: format!("{object_kind} hook without project.path_with_namespace"),
-        }
-    });
+        });
 
     let (kind, thread, title, body_text) = match object_kind.as_str() {
         "issue" | "work_item" | "merge_request" => {
@@ -231,8 +234,7 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         channel_or_project: project,
         thread,
         sender: text(&payload, &["user", "username"]),
-        sender_is_bot: text(&payload, &["user", "username"])
-            .is_some_and(|u| is_bot_user(&u)),
+        sender_is_bot: text(&payload, &["user", "username"]).is_some_and(|u| is_bot_user(&u)),
         title,
         mentions: mentions::at_handles(&body_text),
         text: body_text,
@@ -246,7 +248,8 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
 /// Project and group access tokens act as `project_{id}_bot_{hash}` /
 /// `group_{id}_bot_{hash}` users.
 fn is_bot_user(username: &str) -> bool {
-    (username.starts_with("project_") || username.starts_with("group_")) && username.contains("_bot")
+    (username.starts_with("project_") || username.starts_with("group_"))
+        && username.contains("_bot")
 }
 
 /// [`verify`] then [`normalize`].
@@ -368,7 +371,10 @@ mod tests {
             signing_secret: Some("whsec_c2VjcmV0"),
         };
         let dbg = format!("{secrets:?}");
-        assert!(!dbg.contains("very-secret") && !dbg.contains("c2VjcmV0"), "{dbg}");
+        assert!(
+            !dbg.contains("very-secret") && !dbg.contains("c2VjcmV0"),
+            "{dbg}"
+        );
     }
 
     fn signed_headers(secret: &str, id: &str, now: i64, body: &[u8]) -> Vec<(String, String)> {
@@ -378,7 +384,10 @@ mod tests {
         vec![
             ("webhook-id".into(), id.into()),
             ("webhook-timestamp".into(), ts),
-            ("webhook-signature".into(), format!("v1,{}", BASE64.encode(tag))),
+            (
+                "webhook-signature".into(),
+                format!("v1,{}", BASE64.encode(tag)),
+            ),
         ]
     }
 
@@ -425,7 +434,10 @@ mod tests {
             "merge_request": {"iid": 3, "title": "Speed up CI", "assignees": [{"username": "carol"}]},
         });
         let body = serde_json::to_vec(&note).unwrap();
-        let headers = [("X-Gitlab-Event-UUID", "uuid-1"), ("X-Gitlab-Event", "Note Hook")];
+        let headers = [
+            ("X-Gitlab-Event-UUID", "uuid-1"),
+            ("X-Gitlab-Event", "Note Hook"),
+        ];
         let n = normalize(&headers, &body).unwrap();
         let n = n.notification().unwrap();
         assert_eq!(n.kind, "note.merge_request");
@@ -454,7 +466,10 @@ mod tests {
             normalize(&[("X-Gitlab-Event-UUID", "u")], push).unwrap(),
             Inbound::Ignored { .. }
         ));
-        assert_eq!(normalize(&[("x", "y")], push).unwrap_err().status_code(), 400);
+        assert_eq!(
+            normalize(&[("x", "y")], push).unwrap_err().status_code(),
+            400
+        );
         let no_project = br#"{"object_kind":"issue","object_attributes":{}}"#;
         assert!(matches!(
             normalize(&[("X-Gitlab-Event-UUID", "u")], no_project),

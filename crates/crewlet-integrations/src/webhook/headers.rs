@@ -54,7 +54,10 @@ impl<S: std::hash::BuildHasher> Headers for HashMap<String, String, S> {
 
 /// A header value, trimmed, treating an empty value as absent.
 pub(crate) fn get<'a, H: Headers + ?Sized>(headers: &'a H, name: &str) -> Option<&'a str> {
-    headers.header(name).map(str::trim).filter(|v| !v.is_empty())
+    headers
+        .header(name)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
 }
 
 #[cfg(test)]

@@ -83,10 +83,10 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         push_unique(&mut mentions, m);
     }
     let mut assignees = Vec::new();
-    if let Some(a) = issue.get("fields").and_then(|f| f.get("assignee")) {
-        if let Some(id) = text(a, &["accountId"]).or_else(|| text(a, &["name"])) {
-            push_unique(&mut assignees, id);
-        }
+    if let Some(a) = issue.get("fields").and_then(|f| f.get("assignee"))
+        && let Some(id) = text(a, &["accountId"]).or_else(|| text(a, &["name"]))
+    {
+        push_unique(&mut assignees, id);
     }
     let sender = text(&payload, &["user", "accountId"])
         .or_else(|| text(&payload, &["comment", "author", "accountId"]))
@@ -229,7 +229,10 @@ mod tests {
         assert_eq!(n.assignees, ["acc-agent"]);
         assert_eq!(n.mentions, ["acc-agent"]);
         assert_eq!(n.sender.as_deref(), Some("acc-reporter"));
-        assert_eq!(n.url.as_deref(), Some("https://acme.atlassian.net/browse/OPS-12"));
+        assert_eq!(
+            n.url.as_deref(),
+            Some("https://acme.atlassian.net/browse/OPS-12")
+        );
     }
 
     #[test]
@@ -256,9 +259,15 @@ mod tests {
     #[test]
     fn other_events_ignored_bad_payloads_refused() {
         let sprint = br#"{"webhookEvent":"sprint_started"}"#;
-        assert!(matches!(normalize(&[("a", "b")], sprint).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&[("a", "b")], sprint).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let deleted = br#"{"webhookEvent":"jira:issue_deleted","issue":{"key":"A-1"}}"#;
-        assert!(matches!(normalize(&[("a", "b")], deleted).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&[("a", "b")], deleted).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let no_key = br#"{"webhookEvent":"jira:issue_updated","issue":{}}"#;
         assert!(matches!(
             normalize(&[("a", "b")], no_key),

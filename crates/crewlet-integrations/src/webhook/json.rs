@@ -69,7 +69,24 @@ pub(crate) fn unique(items: impl IntoIterator<Item = String>) -> Vec<String> {
 /// Plain text of an HTML fragment: tags dropped (block tags become a space),
 /// common entities decoded, whitespace collapsed.
 pub(crate) fn strip_html(html: &str) -> String {
-    const BLOCK: &[&str] = &["p", "br", "div", "li", "ul", "ol", "tr", "td", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "pre"];
+    const BLOCK: &[&str] = &[
+        "p",
+        "br",
+        "div",
+        "li",
+        "ul",
+        "ol",
+        "tr",
+        "td",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "blockquote",
+        "pre",
+    ];
     let mut out = String::with_capacity(html.len());
     let mut tag: Option<String> = None;
     for c in html.chars() {

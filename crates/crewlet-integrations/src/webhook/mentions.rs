@@ -108,7 +108,10 @@ mod tests {
             ["alice", "Bob-2", "carol_x"]
         );
         assert_eq!(at_handles("ping @acme/reviewers now"), ["acme/reviewers"]);
-        assert_eq!(at_handles("@ alone, @-bad, trailing @"), Vec::<String>::new());
+        assert_eq!(
+            at_handles("@ alone, @-bad, trailing @"),
+            Vec::<String>::new()
+        );
         assert_eq!(at_handles("héllo @émile @ok"), ["ok"]);
     }
 

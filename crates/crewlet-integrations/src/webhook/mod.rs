@@ -32,10 +32,7 @@ pub use notification::{Inbound, Notification, Source};
 pub enum WebhookError {
     /// The signature or token does not match the body and the secret.
     #[error("{from} webhook: header {header} does not match the body and the configured secret")]
-    BadSignature {
-        from: Source,
-        header: &'static str,
-    },
+    BadSignature { from: Source, header: &'static str },
     /// The signed timestamp is too far from now (a replay, or a bad clock).
     #[error(
         "{from} webhook: timestamp {timestamp} in header {header} is more than {tolerance_secs} s away from now"
@@ -48,10 +45,7 @@ pub enum WebhookError {
     },
     /// A header the source always sends is absent or not text.
     #[error("{from} webhook: header {header} is missing or not valid text")]
-    MissingHeader {
-        from: Source,
-        header: &'static str,
-    },
+    MissingHeader { from: Source, header: &'static str },
     /// The body is not JSON, or lacks a field the source always sends.
     #[error("{from} webhook: body is not the expected JSON: {reason}")]
     BadJson { from: Source, reason: String },

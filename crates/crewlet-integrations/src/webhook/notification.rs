@@ -94,7 +94,10 @@ impl Notification {
     /// The `raw_webhook` event the API publishes on
     /// `crewlet.notifications.inbound`; the payload is this notification.
     pub fn to_event(&self) -> Event {
-        let mut summary = format!("{} {} in {}", self.source, self.kind, self.channel_or_project);
+        let mut summary = format!(
+            "{} {} in {}",
+            self.source, self.kind, self.channel_or_project
+        );
         if let Some(thread) = &self.thread {
             summary.push_str(&format!(" ({thread})"));
         }

@@ -44,7 +44,9 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         .unwrap_or_default()
         .to_ascii_lowercase();
     let is_comment = event.contains("comment");
-    let is_item = event.starts_with("issue") || event.starts_with("workitem") || event.starts_with("work_item");
+    let is_item = event.starts_with("issue")
+        || event.starts_with("workitem")
+        || event.starts_with("work_item");
     if !is_item {
         return Ok(Inbound::ignored(
             Some(delivery),
@@ -162,9 +164,14 @@ mod tests {
             verify(&headers, br#"{"event":"issue" }"#, Some(b"plane_wh_secret")),
             Err(WebhookError::BadSignature { .. })
         ));
-        assert_eq!(verify(&headers, b"{}", None).unwrap_err().status_code(), 503);
         assert_eq!(
-            verify(&[("x", "y")], b"{}", Some(b"s")).unwrap_err().status_code(),
+            verify(&headers, b"{}", None).unwrap_err().status_code(),
+            503
+        );
+        assert_eq!(
+            verify(&[("x", "y")], b"{}", Some(b"s"))
+                .unwrap_err()
+                .status_code(),
             401
         );
     }
@@ -175,7 +182,10 @@ mod tests {
                 "X-Plane-Signature".into(),
                 hex::encode(hmac_sha256(b"s", &[body])),
             ),
-            ("X-Plane-Delivery".into(), "f819eff4-cd50-4987-bc97-e5be1e04c94f".into()),
+            (
+                "X-Plane-Delivery".into(),
+                "f819eff4-cd50-4987-bc97-e5be1e04c94f".into(),
+            ),
         ]
     }
 
@@ -224,10 +234,18 @@ mod tests {
     #[test]
     fn other_events_ignored_and_missing_delivery_falls_back_to_digest() {
         let body = br#"{"event":"project","action":"update","data":{"id":"p"}}"#;
-        assert!(matches!(normalize(&[("a", "b")], body).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&[("a", "b")], body).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let body = br#"{"event":"issue","action":"updated","data":{"id":"i","project":"p"}}"#;
         let n = normalize(&[("a", "b")], body).unwrap();
-        assert!(n.notification().unwrap().delivery_key.starts_with("sha256:"));
+        assert!(
+            n.notification()
+                .unwrap()
+                .delivery_key
+                .starts_with("sha256:")
+        );
         let no_data = br#"{"event":"issue","action":"updated"}"#;
         assert!(matches!(
             normalize(&[("a", "b")], no_data),

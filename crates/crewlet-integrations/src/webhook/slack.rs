@@ -73,16 +73,20 @@ pub fn normalize(body: &[u8]) -> Result<Inbound, WebhookError> {
     let payload = json::parse(SOURCE, body)?;
     match payload.get("type").and_then(Value::as_str) {
         Some("url_verification") => {
-            let challenge = text(&payload, &["challenge"]).ok_or_else(|| WebhookError::BadJson {
-                from: SOURCE,
-                reason: "url_verification without a challenge".into(),
-            })?;
+            let challenge =
+                text(&payload, &["challenge"]).ok_or_else(|| WebhookError::BadJson {
+                    from: SOURCE,
+                    reason: "url_verification without a challenge".into(),
+                })?;
             Ok(Inbound::Challenge(challenge))
         }
         Some("event_callback") => normalize_event(payload),
         other => Ok(Inbound::ignored(
             None,
-            format!("slack payload type {} is not routed", other.unwrap_or("(none)")),
+            format!(
+                "slack payload type {} is not routed",
+                other.unwrap_or("(none)")
+            ),
         )),
     }
 }
@@ -138,7 +142,8 @@ fn normalize_event(payload: Value) -> Result<Inbound, WebhookError> {
         channel_or_project: channel,
         thread: text(&event, &["thread_ts"]).or_else(|| text(&event, &["ts"])),
         sender: text(&event, &["user"]).or_else(|| bot_id.clone()),
-        sender_is_bot: bot_id.is_some() || text(&event, &["subtype"]).as_deref() == Some("bot_message"),
+        sender_is_bot: bot_id.is_some()
+            || text(&event, &["subtype"]).as_deref() == Some("bot_message"),
         title: None,
         mentions: mentions::slack_users(&message_text),
         text: message_text,
@@ -196,7 +201,13 @@ mod tests {
     #[test]
     fn slack_documented_example_verifies() {
         let headers = [(SIGNATURE_HEADER, DOC_SIG), (TIMESTAMP_HEADER, DOC_TS)];
-        verify(&headers, DOC_BODY.as_bytes(), Some(DOC_SECRET), at(1_531_420_618 + 10)).unwrap();
+        verify(
+            &headers,
+            DOC_BODY.as_bytes(),
+            Some(DOC_SECRET),
+            at(1_531_420_618 + 10),
+        )
+        .unwrap();
         assert_eq!(sign(DOC_SECRET, DOC_TS, DOC_BODY.as_bytes()), DOC_SIG);
     }
 
@@ -208,8 +219,13 @@ mod tests {
         assert!(matches!(e, WebhookError::BadSignature { .. }));
         let e = verify(&headers, DOC_BODY.as_bytes(), Some(b"other-secret"), now).unwrap_err();
         assert!(matches!(e, WebhookError::BadSignature { .. }));
-        let e = verify(&headers, DOC_BODY.as_bytes(), Some(DOC_SECRET), at(1_531_420_618 + 301))
-            .unwrap_err();
+        let e = verify(
+            &headers,
+            DOC_BODY.as_bytes(),
+            Some(DOC_SECRET),
+            at(1_531_420_618 + 301),
+        )
+        .unwrap_err();
         assert!(matches!(e, WebhookError::StaleTimestamp { .. }), "{e}");
         let e = verify(&headers, DOC_BODY.as_bytes(), None, now).unwrap_err();
         assert_eq!(e.status_code(), 503);
@@ -226,7 +242,10 @@ mod tests {
             verify(&bad_hex, b"", Some(DOC_SECRET), now),
             Err(WebhookError::BadSignature { .. })
         ));
-        let no_prefix = [(SIGNATURE_HEADER, &DOC_SIG[3..]), (TIMESTAMP_HEADER, DOC_TS)];
+        let no_prefix = [
+            (SIGNATURE_HEADER, &DOC_SIG[3..]),
+            (TIMESTAMP_HEADER, DOC_TS),
+        ];
         assert!(verify(&no_prefix, DOC_BODY.as_bytes(), Some(DOC_SECRET), now).is_err());
     }
 
@@ -236,7 +255,10 @@ mod tests {
         let now = at(1_700_000_000);
         let ts = now.timestamp().to_string();
         let sig = sign(b"seat-secret", &ts, body);
-        let headers = [(SIGNATURE_HEADER, sig.as_str()), (TIMESTAMP_HEADER, ts.as_str())];
+        let headers = [
+            (SIGNATURE_HEADER, sig.as_str()),
+            (TIMESTAMP_HEADER, ts.as_str()),
+        ];
         assert_eq!(
             receive(&headers, body, Some(b"seat-secret"), now).unwrap(),
             Inbound::Challenge("3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P".into())
@@ -263,7 +285,10 @@ mod tests {
         let now = at(1_700_000_000);
         let ts = now.timestamp().to_string();
         let sig = sign(b"s", &ts, &body);
-        let headers = [(SIGNATURE_HEADER, sig.as_str()), (TIMESTAMP_HEADER, ts.as_str())];
+        let headers = [
+            (SIGNATURE_HEADER, sig.as_str()),
+            (TIMESTAMP_HEADER, ts.as_str()),
+        ];
         let inbound = receive(&headers, &body, Some(b"s"), now).unwrap();
         let n = inbound.notification().unwrap();
         assert_eq!(n.source, Source::Slack);
@@ -285,17 +310,26 @@ mod tests {
             "channel": "C_GEN", "text": "morning", "ts": "1700000001.000200",
         }));
         let n = normalize(&body).unwrap();
-        assert_eq!(n.notification().unwrap().thread.as_deref(), Some("1700000001.000200"));
+        assert_eq!(
+            n.notification().unwrap().thread.as_deref(),
+            Some("1700000001.000200")
+        );
     }
 
     #[test]
     fn own_messages_edits_and_other_events_are_ignored() {
         let own_app = callback(json!({"type": "message", "channel": "C", "text": "hi",
             "ts": "1.0", "bot_id": "B1", "app_id": "A_SELF"}));
-        assert!(matches!(normalize(&own_app).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&own_app).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let own_user = callback(json!({"type": "message", "channel": "C", "text": "hi",
             "ts": "1.0", "user": "U_SELF_BOT"}));
-        assert!(matches!(normalize(&own_user).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&own_user).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         let edit = callback(json!({"type": "message", "subtype": "message_changed",
             "channel": "C", "ts": "1.0"}));
         assert!(matches!(
@@ -303,20 +337,35 @@ mod tests {
             Inbound::Ignored { delivery_key: Some(k), .. } if k == "Ev123"
         ));
         let reaction = callback(json!({"type": "reaction_added", "user": "U1"}));
-        assert!(matches!(normalize(&reaction).unwrap(), Inbound::Ignored { .. }));
+        assert!(matches!(
+            normalize(&reaction).unwrap(),
+            Inbound::Ignored { .. }
+        ));
         // Another agent's app posting is routed, flagged as a bot.
-        let other_bot = callback(json!({"type": "message", "channel": "C", "text": "<@U_SELF_BOT> done",
-            "ts": "1.0", "bot_id": "B2", "app_id": "A_OTHER", "user": "U_OTHER_BOT"}));
+        let other_bot = callback(
+            json!({"type": "message", "channel": "C", "text": "<@U_SELF_BOT> done",
+            "ts": "1.0", "bot_id": "B2", "app_id": "A_OTHER", "user": "U_OTHER_BOT"}),
+        );
         let n = normalize(&other_bot).unwrap();
         assert!(n.notification().unwrap().sender_is_bot);
     }
 
     #[test]
     fn malformed_payloads_are_bad_json() {
-        assert!(matches!(normalize(b"not json"), Err(WebhookError::BadJson { .. })));
+        assert!(matches!(
+            normalize(b"not json"),
+            Err(WebhookError::BadJson { .. })
+        ));
         let no_id = br#"{"type":"event_callback","event":{"type":"message"}}"#;
-        assert!(matches!(normalize(no_id), Err(WebhookError::BadJson { .. })));
-        let no_channel = callback(json!({"type": "message", "text": "x", "ts": "1.0", "user": "U1"}));
-        assert!(matches!(normalize(&no_channel), Err(WebhookError::BadJson { .. })));
+        assert!(matches!(
+            normalize(no_id),
+            Err(WebhookError::BadJson { .. })
+        ));
+        let no_channel =
+            callback(json!({"type": "message", "text": "x", "ts": "1.0", "user": "U1"}));
+        assert!(matches!(
+            normalize(&no_channel),
+            Err(WebhookError::BadJson { .. })
+        ));
     }
 }
