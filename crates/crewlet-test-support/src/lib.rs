@@ -4,7 +4,12 @@
 //! `cargo xtask services up`, and enforces the project rule: a test that needs
 //! a service may skip on a laptop without it, but under `CI=true` a missing
 //! service is a failure.
+//!
+//! [`fake_llm`] (feature `fake-llm`) is a scripted OpenAI/Anthropic-compatible
+//! HTTP server on 127.0.0.1 that records every request.
 
+#[cfg(feature = "fake-llm")]
+pub mod fake_llm;
 pub mod services;
 
 #[cfg(feature = "postgres")]

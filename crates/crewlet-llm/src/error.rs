@@ -1,0 +1,152 @@
+//! What can go wrong talking to a model, and how each failure is classed.
+
+use std::time::Duration;
+
+/// The class of a failed call, which decides what happens next: rate limits
+/// and auth failures cool the key and try another; server errors and
+/// timeouts are retried briefly; fatal errors are not retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// 429, 402: the key is throttled or out of credit.
+    RateLimit,
+    /// 401, 403: the key is refused.
+    Auth,
+    /// 408 or a network failure (connect, read, timeout).
+    Timeout,
+    /// 5xx.
+    Server,
+    /// Anything else: a bad request, an unreadable answer.
+    Fatal,
+}
+
+impl ErrorClass {
+    /// The class of an HTTP status that is not a success.
+    pub fn from_status(status: u16) -> Self {
+        match status {
+            429 | 402 => ErrorClass::RateLimit,
+            401 | 403 => ErrorClass::Auth,
+            408 => ErrorClass::Timeout,
+            500..=599 => ErrorClass::Server,
+            _ => ErrorClass::Fatal,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorClass::RateLimit => "rate_limit",
+            ErrorClass::Auth => "auth",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Server => "server",
+            ErrorClass::Fatal => "fatal",
+        }
+    }
+}
+
+/// A failed model or embedding call. Messages name the provider entry; they
+/// never contain an API key.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("provider `{provider}`: http {status} ({class}): {message}", class = class.as_str())]
+    Http {
+        provider: String,
+        status: u16,
+        class: ErrorClass,
+        message: String,
+        /// `Retry-After` of a rate-limited answer.
+        retry_after: Option<Duration>,
+    },
+    #[error("provider `{provider}`: no answer within {timeout:?}")]
+    Timeout { provider: String, timeout: Duration },
+    #[error("provider `{provider}`: network error: {message}")]
+    Network { provider: String, message: String },
+    #[error(
+        "provider `{provider}`: every api key is cooling down after rate limits or auth failures; add keys or wait"
+    )]
+    CredentialsExhausted { provider: String },
+    #[error("provider `{provider}`: unreadable answer: {message}")]
+    Decode { provider: String, message: String },
+    #[error("provider `{provider}` is misconfigured: {message}")]
+    Config { provider: String, message: String },
+    #[error("no llm provider named `{name}` in providers.llm")]
+    UnknownProvider { name: String },
+    #[error("providers.llm is empty: at least one provider entry is needed")]
+    NoProviders,
+    #[error("provider `{provider}`: scripted model has no answer left")]
+    ScriptExhausted { provider: String },
+}
+
+impl LlmError {
+    /// The class of this failure (see [`ErrorClass`]).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            LlmError::Http { class, .. } => *class,
+            LlmError::Timeout { .. } | LlmError::Network { .. } => ErrorClass::Timeout,
+            LlmError::CredentialsExhausted { .. } => ErrorClass::RateLimit,
+            LlmError::Decode { .. }
+            | LlmError::Config { .. }
+            | LlmError::UnknownProvider { .. }
+            | LlmError::NoProviders
+            | LlmError::ScriptExhausted { .. } => ErrorClass::Fatal,
+        }
+    }
+
+    /// Whether a short retry on the same provider may help.
+    pub fn is_transient(&self) -> bool {
+        matches!(self.class(), ErrorClass::Server | ErrorClass::Timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified() {
+        let cases = [
+            (429, ErrorClass::RateLimit),
+            (402, ErrorClass::RateLimit),
+            (401, ErrorClass::Auth),
+            (403, ErrorClass::Auth),
+            (408, ErrorClass::Timeout),
+            (500, ErrorClass::Server),
+            (502, ErrorClass::Server),
+            (529, ErrorClass::Server),
+            (400, ErrorClass::Fatal),
+            (404, ErrorClass::Fatal),
+            (422, ErrorClass::Fatal),
+        ];
+        for (status, class) in cases {
+            assert_eq!(ErrorClass::from_status(status), class, "{status}");
+        }
+    }
+
+    #[test]
+    fn network_failures_are_timeouts_and_transient() {
+        let e = LlmError::Network {
+            provider: "p".into(),
+            message: "connection refused".into(),
+        };
+        assert_eq!(e.class(), ErrorClass::Timeout);
+        assert!(e.is_transient());
+        let fatal = LlmError::Decode {
+            provider: "p".into(),
+            message: "x".into(),
+        };
+        assert!(!fatal.is_transient());
+    }
+
+    #[test]
+    fn messages_are_lower_case_and_name_the_provider() {
+        let e = LlmError::Http {
+            provider: "main".into(),
+            status: 429,
+            class: ErrorClass::RateLimit,
+            message: "slow down".into(),
+            retry_after: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "provider `main`: http 429 (rate_limit): slow down"
+        );
+    }
+}

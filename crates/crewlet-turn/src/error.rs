@@ -1,0 +1,25 @@
+//! What can go wrong in the turn engine itself. A turn's own failures
+//! (guards, budgets, unavailable models) are outcomes, not errors: see
+//! [`crate::TurnOutcome`].
+
+use crewlet_llm::LlmError;
+use crewlet_store::{BudgetRefusal, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error("a tool named `{name}` is already registered")]
+    DuplicateTool { name: String },
+    #[error("llm call failed: {0}")]
+    Llm(#[from] LlmError),
+    #[error(
+        "{budget_type} token budget exhausted: {used} of {max} tokens used",
+        budget_type = match refusal.budget_type { crewlet_store::BudgetType::Org => "org", crewlet_store::BudgetType::Agent => "agent" },
+        used = refusal.used_tokens,
+        max = refusal.max_tokens
+    )]
+    BudgetExhausted { refusal: BudgetRefusal },
+    #[error("token ledger: {0}")]
+    Ledger(#[from] StoreError),
+    #[error("tool `{tool}` panicked: {message}")]
+    ToolPanicked { tool: String, message: String },
+}

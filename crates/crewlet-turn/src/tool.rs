@@ -1,0 +1,174 @@
+//! What an agent can do besides talk: the [`Tool`] trait.
+
+use async_trait::async_trait;
+use crewlet_core::{AgentId, TraceContext};
+use crewlet_llm::{Phase, ToolSpec};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Hints about a tool's effects (the MCP tool annotations). The loop runs a
+/// round's calls concurrently only when every one of them is `read_only`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolAnnotations {
+    /// Does not change anything outside the call.
+    pub read_only: bool,
+    /// May destroy or overwrite something (meaningful when not read-only).
+    pub destructive: bool,
+    /// Calling twice with the same arguments does no more than once.
+    pub idempotent: bool,
+    /// Reaches beyond the company's own systems (the web, third parties).
+    pub open_world: bool,
+}
+
+impl Default for ToolAnnotations {
+    /// The MCP defaults: assume the worst.
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: true,
+        }
+    }
+}
+
+impl ToolAnnotations {
+    /// A read-only, idempotent, closed-world tool.
+    pub fn read_only() -> Self {
+        Self {
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        }
+    }
+}
+
+/// Who is calling a tool, and within which turn: tools act with the calling
+/// seat's identity and credentials, never another's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolContext {
+    pub agent_id: AgentId,
+    pub agent_handle: String,
+    pub role_name: String,
+    pub task_id: String,
+    pub turn_id: Uuid,
+    pub phase: Phase,
+    pub iteration: u32,
+    pub delegation_depth: u32,
+    /// The phase's span; a tool that emits events or calls out continues it.
+    pub trace: TraceContext,
+}
+
+/// A tool's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub content: String,
+    /// Ends the tool loop after this round (e.g. a "hand off" tool).
+    pub terminate: bool,
+}
+
+impl ToolOutput {
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            terminate: false,
+        }
+    }
+
+    pub fn terminating(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            terminate: true,
+        }
+    }
+}
+
+/// A failed call; the message is shown to the model, which may retry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One tool an agent may call.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments object.
+    fn schema(&self) -> serde_json::Value;
+
+    fn annotations(&self) -> ToolAnnotations {
+        ToolAnnotations::default()
+    }
+
+    async fn invoke(
+        &self,
+        ctx: &ToolContext,
+        arguments: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError>;
+}
+
+/// The tool as offered to a model.
+pub fn tool_spec(tool: &dyn Tool) -> ToolSpec {
+    ToolSpec {
+        name: tool.name().to_owned(),
+        description: tool.description().to_owned(),
+        parameters: tool.schema(),
+    }
+}
+
+/// The tool as offered in Plan's slim catalogue: the first sentence of its
+/// description (at most 160 characters).
+pub fn slim_tool_spec(tool: &dyn Tool) -> ToolSpec {
+    ToolSpec {
+        name: tool.name().to_owned(),
+        description: first_sentence(tool.description(), 160),
+        parameters: tool.schema(),
+    }
+}
+
+pub(crate) fn first_sentence(text: &str, max_chars: usize) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let sentence = match line.find(". ") {
+        Some(i) => &line[..=i],
+        None => line,
+    };
+    if sentence.chars().count() <= max_chars {
+        return sentence.to_owned();
+    }
+    let mut out: String = sentence.chars().take(max_chars.saturating_sub(3)).collect();
+    out.push_str("...");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slim_descriptions_keep_the_first_sentence() {
+        assert_eq!(
+            first_sentence("Looks up a colleague. Returns their handle and role.", 160),
+            "Looks up a colleague."
+        );
+        assert_eq!(first_sentence("\n  One line\nsecond", 160), "One line");
+        assert_eq!(first_sentence(&"x".repeat(200), 10), "xxxxxxx...");
+    }
+
+    #[test]
+    fn default_annotations_assume_the_worst() {
+        let a = ToolAnnotations::default();
+        assert!(!a.read_only && a.destructive && !a.idempotent && a.open_world);
+        assert!(ToolAnnotations::read_only().read_only);
+    }
+}
