@@ -1,0 +1,146 @@
+//! The crate's errors: [`ApiError`] for building and serving, [`HttpError`]
+//! for one request's answer (JSON `{error, reason}`).
+
+use std::fmt;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use crewlet_config::{ConfigError, Problem};
+use crewlet_queue::QueueError;
+use crewlet_store::StoreError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// What can go wrong building or serving the API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The listening address could not be bound.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind { addr: String, reason: String },
+    /// The HTTP server stopped with an I/O error.
+    #[error("the http server failed: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The bootstrap asks for a backend this build does not have.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The body of every error answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// A stable machine-readable code, e.g. `bad_signature`, `not_configured`.
+    pub error: String,
+    /// What went wrong, in lower case, naming the input.
+    pub reason: String,
+    /// Located configuration problems (`PUT /config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<ProblemSchema>>)]
+    pub problems: Option<Vec<Problem>>,
+}
+
+/// One problem in a configuration document.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Problem)]
+pub struct ProblemSchema {
+    /// The source (`request body`).
+    pub file: String,
+    /// YAML path of the offending node, e.g. `units[0].roles[2].handle`.
+    pub path: String,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    pub message: String,
+}
+
+/// One request's failure: a status, a code, a reason and optionally
+/// `Retry-After` and located problems.
+#[derive(Debug, Clone)]
+pub struct HttpError {
+    pub status: StatusCode,
+    pub error: &'static str,
+    pub reason: String,
+    pub retry_after: Option<u64>,
+    pub problems: Option<Vec<Problem>>,
+}
+
+impl HttpError {
+    pub fn new(status: StatusCode, error: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            status,
+            error,
+            reason: reason.into(),
+            retry_after: None,
+            problems: None,
+        }
+    }
+
+    pub fn bad_request(reason: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", reason)
+    }
+
+    pub fn not_found(reason: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", reason)
+    }
+
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub fn with_problems(mut self, problems: Vec<Problem>) -> Self {
+        self.problems = Some(problems);
+        self
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.status.as_u16(), self.error, self.reason)
+    }
+}
+
+impl From<StoreError> for HttpError {
+    fn from(e: StoreError) -> Self {
+        match &e {
+            StoreError::InvalidInput { .. } => Self::bad_request(e.to_string()),
+            StoreError::NotFound { .. } => Self::not_found(e.to_string()),
+            StoreError::Conflict { .. } => Self::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+            StoreError::Unreachable { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
+                    .retry_after(5)
+            }
+            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: self.error.to_owned(),
+            reason: self.reason,
+            problems: self.problems,
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The JSON answer of a handler.
+pub type HttpResult<T> = Result<T, HttpError>;

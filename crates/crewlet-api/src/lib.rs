@@ -1,0 +1,38 @@
+//! Crewlet's HTTP API (SPEC §9): probes, the org and its agents, the event
+//! store (events, traces, token breakdown), budgets, the company
+//! configuration (read, replace, revisions, revert) and the webhook
+//! receivers, which verify each source's signature, dedupe deliveries and
+//! publish a `raw_webhook` event on `crewlet.notifications.inbound`.
+//!
+//! Build with [`ApiBuilder`] (the Tier A `api` section, an `EventQueue`, the
+//! stores, optionally an [`EngineView`]) and serve with [`Api::serve`]. The
+//! engine embeds it with its own [`EngineView`]; [`standalone`] runs it as
+//! its own process (`crewlet run api`, `crewlet-api`).
+//!
+//! This crate never imports the engine: live state comes through
+//! [`EngineView`]. It does not route notifications to seats (the engine's
+//! router does), verify signatures itself (`crewlet-integrations` does), or
+//! write events to the store (the process registers the store writer as a
+//! queue publish listener; [`standalone`] does so for the standalone API).
+//! The OpenAPI document is generated from the routes ([`openapi`]).
+
+mod auth;
+mod company;
+mod engine_view;
+mod error;
+pub mod openapi;
+mod raw_webhook;
+mod routes;
+mod serve;
+pub mod standalone;
+mod state;
+
+pub use auth::{Caller, ReadAccess, TokenAccess};
+pub use company::EnvLookup;
+pub use engine_view::{
+    AgentState, AgentView, CurrentTask, EngineView, StaticEngineView, ToolAnnotations, ToolView,
+};
+pub use error::{ApiError, ErrorBody, HttpError};
+pub use raw_webhook::RawWebhook;
+pub use serve::{Api, Background, bind, local_addr};
+pub use state::{ApiBuilder, ApiLimits, ApiState, ApiStores};

@@ -1,0 +1,224 @@
+//! `/agents`, `/agents/{id}`, `/org`, `/tools`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::http::StatusCode;
+use crewlet_config::{Organization, SeatKind};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::ReadAccess;
+use crate::engine_view::{AgentView, EngineView, ToolView};
+use crate::error::{ErrorBody, HttpError, HttpResult};
+use crate::routes::query_error;
+use crate::state::ApiState;
+
+/// `GET /agents`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentList {
+    /// True when states come from the running engine; false when the API
+    /// runs on its own and only knows the organization.
+    pub live: bool,
+    pub revision_id: Option<i64>,
+    pub agents: Vec<AgentView>,
+}
+
+/// `GET /tools`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolList {
+    pub live: bool,
+    /// The seat asked for, if any.
+    pub handle: Option<String>,
+    pub tools: Vec<ToolView>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ToolsParams {
+    /// Only the tools of this seat.
+    pub handle: Option<String>,
+}
+
+/// `GET /org`: the organization as a tree.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrgView {
+    pub company: String,
+    pub revision_id: Option<i64>,
+    /// Handles of the org-wide roles (no unit).
+    pub roles: Vec<String>,
+    /// Top-level units, each with its sub-units.
+    pub units: Vec<UnitView>,
+    /// Every seat.
+    pub seats: Vec<SeatView>,
+}
+
+/// A unit and its sub-units.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UnitView {
+    pub name: String,
+    /// The unit's `type`.
+    pub kind: String,
+    pub path: Vec<String>,
+    /// Handle of the effective lead.
+    pub lead: Option<String>,
+    /// True when the lead comes from a parent unit.
+    pub lead_inherited: bool,
+    /// Handles of the unit's own seats.
+    pub seats: Vec<String>,
+    #[schema(no_recursion)]
+    pub children: Vec<UnitView>,
+}
+
+/// A seat with its place in the org chart.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SeatView {
+    pub id: String,
+    pub handle: String,
+    pub name: String,
+    /// `agent` or `human`.
+    pub kind: String,
+    pub unit_path: Vec<String>,
+    pub manager: Option<String>,
+    /// Managers from the nearest up.
+    pub manager_chain: Vec<String>,
+    pub reports: Vec<String>,
+}
+
+fn not_configured() -> HttpError {
+    HttpError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_configured",
+        "no company revision is active yet; import one with `crewlet config import` or PUT /config",
+    )
+    .retry_after(15)
+}
+
+fn view(state: &ApiState) -> HttpResult<Arc<dyn EngineView>> {
+    state.view().ok_or_else(not_configured)
+}
+
+/// Every seat, with live state when the API runs inside the engine.
+#[utoipa::path(get, path = "/agents", tag = "org",
+    responses(
+        (status = 200, body = AgentList),
+        (status = 401, body = ErrorBody),
+        (status = 503, description = "no company yet", body = ErrorBody)),
+    security((), ("bearer" = [])))]
+pub async fn agents(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<AgentList>> {
+    let view = view(&state)?;
+    Ok(Json(AgentList {
+        live: view.is_live(),
+        revision_id: state.active_revision_id(),
+        agents: view.agents(),
+    }))
+}
+
+/// One seat, by agent id or handle.
+#[utoipa::path(get, path = "/agents/{id}", tag = "org",
+    params(("id" = String, Path, description = "agent id (uuid) or handle")),
+    responses(
+        (status = 200, body = AgentView),
+        (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security((), ("bearer" = [])))]
+pub async fn agent(
+    _: ReadAccess,
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> HttpResult<Json<AgentView>> {
+    view(&state)?
+        .agent(&id)
+        .map(Json)
+        .ok_or_else(|| HttpError::not_found(format!("no seat with id or handle `{id}`")))
+}
+
+/// Tools of every seat, or of one (`?handle=`). Known only inside the engine
+/// process: the standalone API answers an empty list with `live: false`.
+#[utoipa::path(get, path = "/tools", tag = "org", params(ToolsParams),
+    responses((status = 200, body = ToolList), (status = 503, body = ErrorBody)),
+    security((), ("bearer" = [])))]
+pub async fn tools(
+    _: ReadAccess,
+    State(state): State<ApiState>,
+    params: Result<Query<ToolsParams>, QueryRejection>,
+) -> HttpResult<Json<ToolList>> {
+    let Query(params) = params.map_err(query_error)?;
+    let view = view(&state)?;
+    if let Some(h) = &params.handle
+        && view.agent(h).is_none()
+    {
+        return Err(HttpError::not_found(format!("no seat with handle `{h}`")));
+    }
+    Ok(Json(ToolList {
+        live: view.is_live(),
+        tools: view.tools(params.handle.as_deref()),
+        handle: params.handle,
+    }))
+}
+
+/// The org chart: units (nested), leads, seats and managers.
+#[utoipa::path(get, path = "/org", tag = "org",
+    responses((status = 200, body = OrgView), (status = 503, body = ErrorBody)),
+    security((), ("bearer" = [])))]
+pub async fn org(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<OrgView>> {
+    let view = view(&state)?;
+    let org = view.organization().ok_or_else(not_configured)?;
+    Ok(Json(org_view(&org, state.active_revision_id())))
+}
+
+fn unit_view(org: &Organization, index: usize) -> Option<UnitView> {
+    let u = org.units().get(index)?;
+    Some(UnitView {
+        name: u.name.clone(),
+        kind: u.kind.clone(),
+        path: u.path.clone(),
+        lead: u.lead.clone(),
+        lead_inherited: u.lead_inherited,
+        seats: u.seats.clone(),
+        children: u
+            .children
+            .iter()
+            .filter_map(|&c| unit_view(org, c))
+            .collect(),
+    })
+}
+
+pub(crate) fn org_view(org: &Organization, revision_id: Option<i64>) -> OrgView {
+    OrgView {
+        company: org.company().to_owned(),
+        revision_id,
+        roles: org
+            .seats()
+            .iter()
+            .filter(|s| s.unit.is_none())
+            .map(|s| s.handle.clone())
+            .collect(),
+        units: org
+            .units()
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| u.parent.is_none())
+            .filter_map(|(i, _)| unit_view(org, i))
+            .collect(),
+        seats: org
+            .seats()
+            .iter()
+            .map(|s| SeatView {
+                id: s.agent_id.to_string(),
+                handle: s.handle.clone(),
+                name: s.name.clone(),
+                kind: match s.kind {
+                    SeatKind::Agent => "agent".into(),
+                    SeatKind::Human => "human".into(),
+                },
+                unit_path: s.unit_path.clone(),
+                manager: s.manager.clone(),
+                manager_chain: s.manager_chain.clone(),
+                reports: s.reports.clone(),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,146 @@
+//! Every route, collected with `utoipa-axum` so the OpenAPI document is
+//! generated from the same handlers the router serves.
+
+pub(crate) mod agents;
+pub(crate) mod body;
+pub(crate) mod config;
+pub(crate) mod events;
+pub(crate) mod probes;
+pub(crate) mod webhooks;
+
+use axum::extract::rejection::QueryRejection;
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{ErrorBody, HttpError, ProblemSchema};
+use crate::raw_webhook::RawWebhook;
+use crate::state::ApiState;
+
+/// The document's fixed parts; paths are added by the router.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Crewlet API",
+        description = "Probes, the org and its agents, events and traces, tokens and budgets, the company configuration, and the webhook receivers. Reads are open unless `api.auth.allow_anonymous_read: false`; writes and `/config` need `Authorization: Bearer <token>`; webhooks are verified by their own signatures.",
+        license(name = "Apache-2.0")
+    ),
+    components(schemas(ErrorBody, ProblemSchema, RawWebhook)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "probes", description = "liveness and readiness"),
+        (name = "org", description = "seats, units, tools"),
+        (name = "events", description = "the event store"),
+        (name = "tokens", description = "token use and budgets"),
+        (name = "config", description = "the company configuration (token required)"),
+        (name = "webhooks", description = "inbound webhooks (no bearer auth; signed by the source)"),
+        (name = "meta", description = "this document")
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// This document, as JSON.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "the OpenAPI 3.1 document", body = Object)))]
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        crate::openapi::json(),
+    )
+        .into_response()
+}
+
+/// Every route with its OpenAPI operation.
+pub(crate) fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(probes::health))
+        .routes(routes!(probes::ready))
+        .routes(routes!(agents::agents))
+        .routes(routes!(agents::agent))
+        .routes(routes!(agents::org))
+        .routes(routes!(agents::tools))
+        .routes(routes!(events::events))
+        .routes(routes!(events::event))
+        .routes(routes!(events::trace))
+        .routes(routes!(events::token_breakdown))
+        .routes(routes!(events::budgets))
+        .routes(routes!(config::get_config, config::put_config))
+        .routes(routes!(config::revisions))
+        .routes(routes!(config::activate))
+        .routes(routes!(webhooks::slack_hook))
+        .routes(routes!(webhooks::github_hook))
+        .routes(routes!(webhooks::github_hook_for_seat))
+        .routes(routes!(webhooks::gitlab_hook))
+        .routes(routes!(webhooks::gitlab_hook_for_seat))
+        .routes(routes!(webhooks::plane_hook))
+        .routes(routes!(webhooks::plane_hook_for_seat))
+        .routes(routes!(webhooks::jira_hook))
+        .routes(routes!(webhooks::jira_hook_for_seat))
+        .routes(routes!(webhooks::confluence_hook))
+        .routes(routes!(webhooks::confluence_hook_for_seat))
+        .routes(routes!(openapi_json))
+}
+
+/// A bad query string as a JSON 400.
+pub(crate) fn query_error(e: QueryRejection) -> HttpError {
+    HttpError::bad_request(format!("bad query string: {}", e.body_text()))
+}
+
+pub(crate) async fn fallback(uri: Uri) -> HttpError {
+    HttpError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for `{}`; GET /openapi.json lists them", uri.path()),
+    )
+}
+
+/// CORS for `api.auth.allowed_origins`; `None` (same origin only) when empty.
+pub(crate) fn cors(origins: &[String]) -> Option<CorsLayer> {
+    let list: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|o| match HeaderValue::from_str(o.trim()) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                tracing::warn!(origin = %o, "ignoring an allowed origin that is not a header value");
+                None
+            }
+        })
+        .collect();
+    if list.is_empty() {
+        return None;
+    }
+    let origin = if origins.iter().any(|o| o.trim() == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(list)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(origin)
+            .allow_methods([Method::GET, Method::PUT, Method::POST, Method::OPTIONS])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::ACCEPT,
+                header::IF_MATCH,
+                header::HeaderName::from_static("x-summary"),
+            ])
+            .expose_headers([header::ETAG, header::RETRY_AFTER]),
+    )
+}

@@ -1,0 +1,243 @@
+//! The standalone API process (`crewlet run api`, `crewlet-api`): builds the
+//! queue and the stores from the Tier A bootstrap, serves until SIGINT or
+//! SIGTERM, then drains and flushes the buffered event store.
+//!
+//! Port: `--port`, default [`DEFAULT_PORT`]; `api.port` is never read (it is
+//! the engine's embedded API). Host: `--host`, else `api.host`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use crewlet_config::{Bootstrap, LogFormat, QueueKind};
+use crewlet_core::Event;
+use crewlet_queue::{EventQueue, HandlerError, MemoryQueue, PublishListener};
+use crewlet_store::{BufferedEventStore, BufferedOptions, EventStore, MigrationOptions, Stores};
+use tokio::net::TcpListener;
+use tracing::{error, info, warn};
+
+use crate::error::ApiError;
+use crate::state::ApiBuilder;
+
+/// `crewlet run api` listens here unless `--port` says otherwise.
+pub const DEFAULT_PORT: u16 = 8000;
+
+/// The queue and stores of a standalone API, built from the bootstrap.
+pub struct Backends {
+    pub queue: Arc<dyn EventQueue>,
+    pub stores: Stores,
+    /// The event store reads go to.
+    pub events: Arc<dyn EventStore>,
+    buffered: Option<Arc<BufferedEventStore>>,
+}
+
+impl Backends {
+    /// Connects the queue (Pulsar when `providers.queue.type: pulsar`, else
+    /// the in-process broker) and the stores (PostgreSQL, migrated, when a
+    /// DSN is set, else memory), and registers the event-store writer as the
+    /// queue's publish listener (buffered when PostgreSQL is used).
+    pub async fn connect(bootstrap: &Bootstrap) -> Result<Self, ApiError> {
+        let queue = connect_queue(bootstrap).await?;
+        let (stores, events, buffered) = match &bootstrap.providers.database {
+            Some(db) => {
+                let options = MigrationOptions {
+                    embedding_dim: db.embedding_dim,
+                };
+                let (stores, report) = Stores::open(&db.dsn, options).await?;
+                info!(
+                    applied = report.applied.len(),
+                    already_applied = report.already_applied,
+                    "postgresql stores ready"
+                );
+                let buffered = Arc::new(BufferedEventStore::new(
+                    stores.events.clone(),
+                    BufferedOptions::default(),
+                ));
+                let events: Arc<dyn EventStore> = buffered.clone();
+                (stores, events, Some(buffered))
+            }
+            None => {
+                warn!(
+                    "no providers.database: company revisions, webhook dedupe and events live in this process's memory; nothing survives a restart, and the engine cannot see any of it"
+                );
+                let stores = Stores::memory();
+                let events = stores.events.clone();
+                (stores, events, None)
+            }
+        };
+        let sink = match &buffered {
+            Some(b) => Sink::Buffered(b.clone()),
+            None => Sink::Direct(events.clone()),
+        };
+        queue.add_publish_listener(Arc::new(StoreListener { sink }));
+        Ok(Self {
+            queue,
+            stores,
+            events,
+            buffered,
+        })
+    }
+
+    /// Flushes the buffered event store and shuts the queue down.
+    pub async fn close(&self) {
+        if let Some(b) = &self.buffered
+            && let Err(e) = b.shutdown().await
+        {
+            error!(error = %e, pending = b.pending(), "cannot flush the buffered event store; events lost");
+        }
+        let report = self.queue.shutdown().await;
+        if report.abandoned > 0 {
+            warn!(abandoned = report.abandoned, "queue handlers abandoned at shutdown");
+        }
+    }
+}
+
+async fn connect_queue(bootstrap: &Bootstrap) -> Result<Arc<dyn EventQueue>, ApiError> {
+    match &bootstrap.providers.queue {
+        Some(q) if q.kind == QueueKind::Pulsar => connect_pulsar(q).await,
+        _ => {
+            warn!(
+                "the standalone api runs on the in-process memory queue: webhooks it accepts never reach an engine in another process; set providers.queue (type: pulsar) in config.yaml"
+            );
+            Ok(Arc::new(MemoryQueue::standalone()))
+        }
+    }
+}
+
+#[cfg(feature = "pulsar")]
+async fn connect_pulsar(q: &crewlet_config::QueueConfig) -> Result<Arc<dyn EventQueue>, ApiError> {
+    use crewlet_queue::{PulsarOptions, PulsarQueue};
+    let url = q
+        .url
+        .clone()
+        .ok_or_else(|| ApiError::Unsupported("providers.queue.url is required for pulsar".into()))?;
+    let mut options = PulsarOptions::new(url.clone()).with_namespace(&q.tenant, &q.namespace);
+    if let Some(token) = &q.auth_token {
+        options = options.with_auth_token(token.clone());
+    }
+    options.tls_trust_certs_path = q.tls_trust_certs_path.as_ref().map(Into::into);
+    options.client_name = "crewlet-api".into();
+    let queue = PulsarQueue::connect(options).await?;
+    info!(%url, tenant = %q.tenant, namespace = %q.namespace, "pulsar queue connected");
+    Ok(Arc::new(queue))
+}
+
+#[cfg(not(feature = "pulsar"))]
+async fn connect_pulsar(_: &crewlet_config::QueueConfig) -> Result<Arc<dyn EventQueue>, ApiError> {
+    Err(ApiError::Unsupported(
+        "providers.queue.type is pulsar but crewlet-api was compiled without pulsar".into(),
+    ))
+}
+
+enum Sink {
+    Buffered(Arc<BufferedEventStore>),
+    Direct(Arc<dyn EventStore>),
+}
+
+/// Stores every event this process publishes.
+struct StoreListener {
+    sink: Sink,
+}
+
+#[async_trait]
+impl PublishListener for StoreListener {
+    async fn on_publish(&self, _topic: &str, event: &Event) -> Result<(), HandlerError> {
+        match &self.sink {
+            Sink::Buffered(b) => {
+                b.push(event.clone());
+                Ok(())
+            }
+            Sink::Direct(s) => s
+                .append(std::slice::from_ref(event))
+                .await
+                .map_err(HandlerError::from),
+        }
+    }
+}
+
+/// Runs the standalone API on `host:port` (host `None`: `api.host`) until
+/// SIGINT or SIGTERM.
+pub async fn run(bootstrap: Bootstrap, host: Option<String>, port: u16) -> Result<(), ApiError> {
+    let host = host.unwrap_or_else(|| bootstrap.api.host.clone());
+    let listener = crate::bind(&host, port).await?;
+    serve(bootstrap, listener, shutdown_signal()).await
+}
+
+/// Runs the standalone API on an already bound listener until `shutdown`.
+pub async fn serve(
+    bootstrap: Bootstrap,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
+    let backends = Backends::connect(&bootstrap).await?;
+    let api = ApiBuilder::new(bootstrap.api.clone(), backends.queue.clone(), &backends.stores)
+        .events(backends.events.clone())
+        .build()
+        .await;
+    if api.state().active_revision_id().is_none() {
+        warn!(
+            "no company revision is active yet: /ready answers 503 and webhooks 503 (Retry-After: 15) until one is imported"
+        );
+    }
+    let served = api.serve(listener, shutdown).await;
+    backends.close().await;
+    info!("api stopped");
+    served
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            warn!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => info!("SIGINT received; shutting down"),
+        _ = term => info!("SIGTERM received; shutting down"),
+    }
+}
+
+/// Sets up logging for a standalone process: `RUST_LOG` wins, then
+/// `observability.log_filter`, then `info` (`debug` with `--debug` or
+/// `debug: true`); JSON lines when stderr is not a terminal (or
+/// `log_format: json`). Does nothing if a subscriber is already set.
+pub fn init_logging(bootstrap: &Bootstrap, debug: bool) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let debug = debug || bootstrap.debug;
+    let default = bootstrap
+        .observability
+        .log_filter
+        .clone()
+        .unwrap_or_else(|| if debug { "debug".into() } else { "info".into() });
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let json = match bootstrap.observability.log_format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,195 @@
+//! [`ApiBuilder`] -> [`Api`]: the shared state every handler reads, the
+//! router, and the background work (company reload, dedupe GC).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crewlet_config::{ApiConfig, process_env};
+use crewlet_queue::EventQueue;
+use crewlet_store::{ConfigRevisions, EventStore, Stores, TokenLedger, WebhookDeliveries};
+
+use crate::auth::Tokens;
+use crate::company::{ActiveCompany, EnvLookup, Snapshot};
+use crate::engine_view::EngineView;
+
+/// Request limits and background periods.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiLimits {
+    /// Largest webhook body (default 1 MiB); more answers 413.
+    pub webhook_body_limit: usize,
+    /// Largest `PUT /config` body (default 4 MiB).
+    pub config_body_limit: usize,
+    /// Time allowed to receive a request body (default 10 s); more answers 408.
+    pub body_timeout: Duration,
+    /// How often the active company revision is re-read (default 5 s).
+    pub config_poll: Duration,
+    /// How often old webhook delivery claims are deleted (default 5 min).
+    pub dedupe_gc: Duration,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            webhook_body_limit: 1024 * 1024,
+            config_body_limit: 4 * 1024 * 1024,
+            body_timeout: Duration::from_secs(10),
+            config_poll: Duration::from_secs(5),
+            dedupe_gc: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The repositories the API reads and writes.
+#[derive(Clone)]
+pub struct ApiStores {
+    pub events: Arc<dyn EventStore>,
+    pub webhooks: Arc<dyn WebhookDeliveries>,
+    pub config: Arc<dyn ConfigRevisions>,
+    pub ledger: Arc<dyn TokenLedger>,
+}
+
+impl From<&Stores> for ApiStores {
+    fn from(s: &Stores) -> Self {
+        Self {
+            events: s.events.clone(),
+            webhooks: s.webhooks.clone(),
+            config: s.config.clone(),
+            ledger: s.ledger.clone(),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub config: ApiConfig,
+    pub tokens: Tokens,
+    pub queue: Arc<dyn EventQueue>,
+    pub stores: ApiStores,
+    pub engine: Option<Arc<dyn EngineView>>,
+    pub company: ActiveCompany,
+    pub limits: ApiLimits,
+    pub draining: AtomicBool,
+    /// Deliveries claimed whose publish then failed: their retry is let through.
+    pub unpublished: Mutex<HashSet<(String, String)>>,
+}
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct ApiState(pub(crate) Arc<Inner>);
+
+impl ApiState {
+    pub(crate) fn tokens(&self) -> &Tokens {
+        &self.0.tokens
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.0
+    }
+
+    /// The loaded active company revision.
+    pub(crate) fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.0.company.get()
+    }
+
+    /// The live view (embedded) or the active revision's organization.
+    pub(crate) fn view(&self) -> Option<Arc<dyn EngineView>> {
+        if let Some(engine) = &self.0.engine {
+            return Some(engine.clone());
+        }
+        self.snapshot().map(|s| s.view.clone() as Arc<dyn EngineView>)
+    }
+
+    /// Marks the API as draining: `/ready` answers 503 from now on.
+    pub fn set_draining(&self) {
+        self.0.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::Acquire)
+            || self.0.engine.as_ref().is_some_and(|e| e.is_draining())
+    }
+
+    /// The loaded active revision id, if any.
+    pub fn active_revision_id(&self) -> Option<i64> {
+        self.snapshot().map(|s| s.revision_id)
+    }
+
+    /// Re-reads the active company revision now.
+    pub async fn reload_company(&self) {
+        self.0.company.refresh().await;
+    }
+}
+
+/// Builds an [`Api`].
+pub struct ApiBuilder {
+    config: ApiConfig,
+    queue: Arc<dyn EventQueue>,
+    stores: ApiStores,
+    engine: Option<Arc<dyn EngineView>>,
+    env: EnvLookup,
+    limits: ApiLimits,
+}
+
+impl ApiBuilder {
+    /// The Tier A `api` section, the queue webhooks are published to, and the
+    /// stores. Secrets are expanded from the process environment unless
+    /// [`secret_env`](Self::secret_env) says otherwise.
+    pub fn new(config: ApiConfig, queue: Arc<dyn EventQueue>, stores: impl Into<ApiStores>) -> Self {
+        Self {
+            config,
+            queue,
+            stores: stores.into(),
+            engine: None,
+            env: Arc::new(process_env),
+            limits: ApiLimits::default(),
+        }
+    }
+
+    /// The engine's live view (when the API is embedded in the engine process).
+    pub fn engine(mut self, engine: Arc<dyn EngineView>) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Where `${VAR}` references in webhook secrets are looked up.
+    pub fn secret_env(mut self, env: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        self.env = Arc::new(env);
+        self
+    }
+
+    /// Replaces the event store reads go to (e.g. a buffered one).
+    pub fn events(mut self, events: Arc<dyn EventStore>) -> Self {
+        self.stores.events = events;
+        self
+    }
+
+    pub fn limits(mut self, limits: ApiLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Loads the active company revision (if any) and builds the router.
+    pub async fn build(self) -> crate::Api {
+        let tokens = Tokens::new(&self.config.auth);
+        if tokens.is_empty() {
+            tracing::warn!(
+                "no api tokens configured (api.auth.tokens): /config and every write answer 401"
+            );
+        }
+        let company = ActiveCompany::new(self.stores.config.clone(), self.env);
+        let state = ApiState(Arc::new(Inner {
+            config: self.config,
+            tokens,
+            queue: self.queue,
+            stores: self.stores,
+            engine: self.engine,
+            company,
+            limits: self.limits,
+            draining: AtomicBool::new(false),
+            unpublished: Mutex::new(HashSet::new()),
+        }));
+        state.reload_company().await;
+        crate::Api::new(state)
+    }
+}

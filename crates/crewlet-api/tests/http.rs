@@ -1,0 +1,440 @@
+//! Probes, auth, reads, events paging and the config routes over real HTTP.
+
+mod common;
+
+use chrono::{Duration as ChronoDuration, SubsecRound, Utc};
+use common::*;
+use crewlet_core::{Event, EventType, TraceContext};
+use serde_json::Value;
+
+async fn json_of(r: reqwest::Response) -> Value {
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn health_is_200_and_ready_is_503_until_a_company_is_active() {
+    let h = Harness::with(Options {
+        company: None,
+        ..Options::default()
+    })
+    .await;
+    let r = h.get("/health").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(json_of(r).await["status"], "ok");
+    let r = h.get("/ready").send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body = json_of(r).await;
+    assert_eq!(body["ready"], false);
+    assert!(body["revision_id"].is_null());
+    assert!(body["reason"].as_str().unwrap().contains("no company revision"));
+
+    let id = import(&h.stores, COMPANY).await;
+    let r = h.get("/ready").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = json_of(r).await;
+    assert_eq!(body["ready"], true);
+    assert_eq!(body["revision_id"], id);
+    assert_eq!(body["embedded"], false);
+
+    h.state.set_draining();
+    let r = h.get("/ready").send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(json_of(r).await["draining"], true);
+    assert_eq!(h.get("/health").send().await.unwrap().status(), 200);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn reads_are_open_by_default_but_a_wrong_token_is_refused() {
+    let h = Harness::start().await;
+    assert_eq!(h.get("/agents").send().await.unwrap().status(), 200);
+    assert_eq!(h.authed(h.get("/agents")).send().await.unwrap().status(), 200);
+    let r = h.get("/agents").bearer_auth("wrong").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    assert_eq!(json_of(r).await["error"], "unauthorized");
+    let r = h.get("/agents").header("authorization", "Basic abc").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn anonymous_reads_can_be_turned_off() {
+    let h = Harness::with(Options {
+        anonymous_read: false,
+        ..Options::default()
+    })
+    .await;
+    for path in ["/agents", "/org", "/events", "/budgets", "/tools", "/tokens/breakdown"] {
+        assert_eq!(h.get(path).send().await.unwrap().status(), 401, "{path}");
+        assert_eq!(h.authed(h.get(path)).send().await.unwrap().status(), 200, "{path}");
+    }
+    // Probes stay open.
+    assert_eq!(h.get("/health").send().await.unwrap().status(), 200);
+    assert_eq!(h.get("/ready").send().await.unwrap().status(), 200);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn config_always_needs_a_token() {
+    let h = Harness::start().await;
+    assert_eq!(h.get("/config").send().await.unwrap().status(), 401);
+    assert_eq!(h.get("/config").bearer_auth("nope").send().await.unwrap().status(), 401);
+    assert_eq!(h.get("/config/revisions").send().await.unwrap().status(), 401);
+    let r = h.http.put(h.url("/config")).body("name: X").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = h.http.post(h.url("/config/revisions/1/activate")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(h.authed(h.get("/config")).send().await.unwrap().status(), 200);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn without_configured_tokens_config_is_refused_with_the_fix() {
+    let h = Harness::with(Options {
+        tokens: false,
+        ..Options::default()
+    })
+    .await;
+    let r = h.get("/config").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(json_of(r).await["reason"].as_str().unwrap().contains("api.auth.tokens"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn agents_org_and_tools_from_the_active_revision() {
+    let h = Harness::start().await;
+    let body = json_of(h.get("/agents").send().await.unwrap()).await;
+    assert_eq!(body["live"], false);
+    let agents = body["agents"].as_array().unwrap();
+    let handles: Vec<&str> = agents.iter().map(|a| a["handle"].as_str().unwrap()).collect();
+    assert_eq!(handles, ["ceo", "cto", "eng"]);
+    assert!(agents[0]["state"].is_null());
+    let eng = &agents[2];
+    assert_eq!(eng["manager"], "cto");
+    let id = eng["id"].as_str().unwrap();
+    let by_id = json_of(h.get(&format!("/agents/{id}")).send().await.unwrap()).await;
+    assert_eq!(by_id["handle"], "eng");
+    let by_handle = json_of(h.get("/agents/eng").send().await.unwrap()).await;
+    assert_eq!(by_handle["id"], id);
+    assert_eq!(h.get("/agents/nobody").send().await.unwrap().status(), 404);
+
+    let org = json_of(h.get("/org").send().await.unwrap()).await;
+    assert_eq!(org["company"], "Test Co");
+    assert_eq!(org["roles"], serde_json::json!(["ceo"]));
+    assert_eq!(org["units"][0]["name"], "Engineering");
+    assert_eq!(org["units"][0]["lead"], "cto");
+    assert_eq!(org["seats"].as_array().unwrap().len(), 3);
+
+    let tools = json_of(h.get("/tools?handle=eng").send().await.unwrap()).await;
+    assert_eq!(tools["live"], false);
+    assert_eq!(tools["tools"], serde_json::json!([]));
+    assert_eq!(h.get("/tools?handle=ghost").send().await.unwrap().status(), 404);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn reads_before_any_company_answer_503() {
+    let h = Harness::with(Options {
+        company: None,
+        ..Options::default()
+    })
+    .await;
+    let r = h.get("/agents").send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "15");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn events_are_keyset_paged_and_filtered() {
+    let h = Harness::start().await;
+    let base = (Utc::now() - ChronoDuration::minutes(10)).trunc_subsecs(0);
+    let mut events = Vec::new();
+    for i in 0..7 {
+        let mut e = Event::new(EventType::TaskStarted, "test").with_task(format!("t-{}", i % 2));
+        e.timestamp = base + ChronoDuration::seconds(i);
+        events.push(e);
+    }
+    events.push(Event::new(EventType::RawWebhook, "test"));
+    h.stores.events.append(&events).await.unwrap();
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut url = "/events?type=task_started&limit=3".to_owned();
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let page = json_of(h.get(&url).send().await.unwrap()).await;
+        pages += 1;
+        for e in page["events"].as_array().unwrap() {
+            assert_eq!(e["type"], "task_started");
+            seen.push(e["id"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+        assert!(pages < 10);
+    }
+    assert_eq!(pages, 3);
+    let expected: Vec<String> = events[..7].iter().rev().map(|e| e.id.to_string()).collect();
+    assert_eq!(seen, expected, "newest first, no gaps or repeats");
+
+    let page = json_of(h.get("/events?task_id=t-1").send().await.unwrap()).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 3);
+    let page = json_of(h.get("/events?category=webhook").send().await.unwrap()).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 1);
+    let since = (base + ChronoDuration::seconds(5)).to_rfc3339();
+    let url = format!("/events?type=task_started&since={}", urlencode(&since));
+    let page = json_of(h.get(&url).send().await.unwrap()).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 2);
+
+    let one = json_of(h.get(&format!("/events/{}", events[0].id)).send().await.unwrap()).await;
+    assert_eq!(one["id"], events[0].id.to_string());
+    assert_eq!(h.get("/events/not-a-uuid").send().await.unwrap().status(), 400);
+    let missing = uuid::Uuid::now_v7();
+    assert_eq!(h.get(&format!("/events/{missing}")).send().await.unwrap().status(), 404);
+    assert_eq!(h.get("/events?since=yesterday").send().await.unwrap().status(), 400);
+    assert_eq!(h.get("/events?cursor=garbage").send().await.unwrap().status(), 400);
+    assert_eq!(h.get("/events?limit=many").send().await.unwrap().status(), 400);
+    h.stop().await;
+}
+
+fn urlencode(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
+}
+
+#[tokio::test]
+async fn trace_query_returns_the_trace_in_order() {
+    let h = Harness::start().await;
+    let root = TraceContext::new_root();
+    let a = Event::new(EventType::RawWebhook, "api").with_trace(root);
+    let mut b = Event::new(EventType::TaskStarted, "engine").with_trace(root.child());
+    b.timestamp = a.timestamp + ChronoDuration::milliseconds(5);
+    let other = Event::new(EventType::TaskStarted, "engine").with_trace(TraceContext::new_root());
+    h.stores.events.append(&[b.clone(), other, a.clone()]).await.unwrap();
+    let body = json_of(
+        h.get(&format!("/events/trace/{}", root.trace_id))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let ids: Vec<&str> = body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [a.id.to_string(), b.id.to_string()]);
+    assert_eq!(h.get("/events/trace/xyz").send().await.unwrap().status(), 400);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn token_breakdown_and_budgets() {
+    let h = Harness::start().await;
+    let r = h.get("/tokens/breakdown?since_days=7").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(json_of(r).await["since_days"], 7);
+    assert_eq!(h.get("/tokens/breakdown?since_days=31").send().await.unwrap().status(), 400);
+    assert_eq!(h.get("/tokens/breakdown?since_days=0").send().await.unwrap().status(), 400);
+    let b = json_of(h.get("/budgets").send().await.unwrap()).await;
+    assert!(b["budgets"].is_array() && b["usage"].is_array());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn get_config_as_json_or_yaml_with_etag() {
+    let h = Harness::start().await;
+    let r = h.authed(h.get("/config")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["etag"], "\"1\"");
+    let body = json_of(r).await;
+    assert_eq!(body["name"], "Test Co");
+    assert_eq!(body["integrations"]["github"]["webhook_secret"], "${GH_SECRET}", "never expanded");
+    let r = h
+        .authed(h.get("/config"))
+        .header("accept", "application/yaml")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "application/yaml");
+    let text = r.text().await.unwrap();
+    assert!(text.contains("name: Test Co"), "{text}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn put_config_bad_yaml_is_400_with_located_problems() {
+    let h = Harness::start().await;
+    let bad = "name: Broken\nunits:\n  - name: Eng\n    lead: ghost\n    roles:\n      - name: A\n        handle: Bad Handle\n    colour: blue\n";
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .header("content-type", "application/yaml")
+        .body(bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body = json_of(r).await;
+    assert_eq!(body["error"], "invalid_config");
+    let problems = body["problems"].as_array().unwrap();
+    assert!(problems.len() >= 2, "{problems:#?}");
+    for p in problems {
+        assert!(p["path"].is_string() && p["message"].is_string(), "{p}");
+    }
+    assert!(problems.iter().any(|p| p["path"].as_str().unwrap().contains("colour") && p["line"] == 8), "{problems:#?}");
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .body("name: [unclosed")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(json_of(r).await["problems"][0]["line"].is_number());
+    // Nothing was stored.
+    assert_eq!(h.stores.config.list(10).await.unwrap().len(), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn put_config_with_a_stale_if_match_is_412_and_good_one_activates() {
+    let h = Harness::start().await;
+    let yaml = COMPANY.replace("name: Test Co", "name: Test Co Two");
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .header("if-match", "\"99\"")
+        .body(yaml.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 412);
+    assert_eq!(json_of(r).await["error"], "precondition_failed");
+
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .header("if-match", "\"1\"")
+        .header("x-summary", "rename the company")
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["etag"], "\"2\"");
+    let rev = json_of(r).await;
+    assert_eq!(rev["revision_id"], 2);
+    assert_eq!(rev["parent_revision_id"], 1);
+    assert_eq!(rev["created_by"], "api:ops");
+    assert_eq!(rev["summary"], "rename the company");
+    assert_eq!(rev["is_active"], true);
+
+    let ready = json_of(h.get("/ready").send().await.unwrap()).await;
+    assert_eq!(ready["revision_id"], 2);
+    let org = json_of(h.get("/org").send().await.unwrap()).await;
+    assert_eq!(org["company"], "Test Co Two");
+    // The activation is announced on the queue.
+    let activated = h.published.on("crewlet.events.config_revision_activated");
+    assert_eq!(activated.len(), 1);
+    assert_eq!(activated[0].payload["revision_id"], 2);
+
+    // JSON bodies work too, and If-Match 1 is now stale.
+    let json_body = serde_json::json!({"name": "Json Co"}).to_string();
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .header("content-type", "application/json")
+        .header("if-match", "1")
+        .body(json_body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 412);
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .header("content-type", "application/json")
+        .body(json_body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(json_of(r).await["revision_id"], 3);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn revisions_list_and_revert() {
+    let h = Harness::start().await;
+    import(&h.stores, COMPANY_NO_SECRETS).await;
+    let list = json_of(h.authed(h.get("/config/revisions")).send().await.unwrap()).await;
+    let revs = list["revisions"].as_array().unwrap();
+    assert_eq!(revs.len(), 2);
+    assert_eq!(revs[0]["revision_id"], 2);
+    assert_eq!(revs[0]["company"], "Bare Co");
+    assert!(revs[0].get("payload").is_none());
+
+    let r = h
+        .authed(h.http.post(h.url("/config/revisions/1/activate")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rev = json_of(r).await;
+    assert_eq!(rev["revision_id"], 3);
+    assert_eq!(rev["source"], "revert");
+    assert_eq!(rev["company"], "Test Co");
+    let ready = json_of(h.get("/ready").send().await.unwrap()).await;
+    assert_eq!(ready["revision_id"], 3);
+    let r = h
+        .authed(h.http.post(h.url("/config/revisions/42/activate")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = h
+        .authed(h.http.post(h.url("/config/revisions/1/activate")))
+        .header("if-match", "2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 412);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_routes_answer_json_404_and_cors_allows_the_configured_origin() {
+    let h = Harness::start().await;
+    let r = h.get("/nope").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(json_of(r).await["error"], "not_found");
+    let r = h
+        .http
+        .request(reqwest::Method::OPTIONS, h.url("/agents"))
+        .header("origin", "https://dash.example.com")
+        .header("access-control-request-method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["access-control-allow-origin"], "https://dash.example.com");
+    let r = h
+        .get("/agents")
+        .header("origin", "https://evil.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn binding_a_taken_port_names_the_port_and_the_likely_holder() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let err = crewlet_api::bind("127.0.0.1", port).await.err().unwrap().to_string();
+    assert!(err.contains(&port.to_string()), "{err}");
+    assert!(err.contains("crewlet run"), "{err}");
+    assert!(err.contains("crewlet run api"), "{err}");
+}
