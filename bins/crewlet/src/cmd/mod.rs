@@ -1,6 +1,7 @@
 //! One module per command. A command returns the process exit code, or an
 //! error that is printed and exits with 2.
 
+mod migrate;
 mod schema;
 mod validate;
 
@@ -23,6 +24,8 @@ pub enum Command {
     Validate(validate::Args),
     /// Print the JSON Schema of a configuration file, or its reference docs.
     Schema(schema::Args),
+    /// Apply the database migrations (`--check`: only report, exit 1 if pending).
+    Migrate(migrate::Args),
 }
 
 /// Exit code for a file that cannot be read (or another failure of the tool).
@@ -32,6 +35,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Schema(args) => schema::run(&args),
+        Command::Migrate(args) => migrate::run(&args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
