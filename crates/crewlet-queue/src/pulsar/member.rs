@@ -34,26 +34,14 @@ pub(crate) async fn attach(
     topic: &str,
     group: &str,
 ) -> Result<Consumers, QueueError> {
-    let failed = |e: pulsar::Error| QueueError::Subscribe {
+    let failed = |source| QueueError::Subscribe {
         topic: topic.to_owned(),
         group: group.to_owned(),
-        source: Box::new(e),
+        source,
     };
-    let timeout = |what: &str| QueueError::Subscribe {
-        topic: topic.to_owned(),
-        group: group.to_owned(),
-        source: format!("timed out creating the {what} consumer").into(),
-    };
-    let limit = inner.options.operation_timeout * 2;
-    let main = tokio::time::timeout(limit, inner.consumer(topic, group))
-        .await
-        .map_err(|_| timeout("topic"))?
-        .map_err(failed)?;
+    let main = inner.consumer(topic, group).await.map_err(failed)?;
     let retry_topic = topics::retry(topic, group);
-    let retry = tokio::time::timeout(limit, inner.consumer(&retry_topic, group))
-        .await
-        .map_err(|_| timeout("retry"))?
-        .map_err(failed)?;
+    let retry = inner.consumer(&retry_topic, group).await.map_err(failed)?;
     Ok(Consumers { main, retry })
 }
 
@@ -109,7 +97,9 @@ impl Member {
             backoff = Duration::from_millis(100);
             let end = self.consume(&mut c).await;
             match end {
-                End::Stop | End::Paused => detach(c).await,
+                End::Stop | End::Paused => {
+                    detach(c, self.inner.options.operation_timeout * 2).await
+                }
                 End::Lost => drop(c),
             }
             match end {
@@ -330,7 +320,11 @@ fn dead_letter_of(props: &HashMap<&str, &str>) -> Option<Arc<DeadLetter>> {
 
 /// Lets queued acks reach the broker, then closes both consumers. Messages
 /// drained here are not acked: the broker redelivers them once we close.
-async fn detach(mut c: Consumers) {
+async fn detach(c: Consumers, limit: Duration) {
+    let _ = super::bounded(limit, drain_and_close(c)).await;
+}
+
+async fn drain_and_close(mut c: Consumers) {
     // The client's consumer engine may be blocked handing us a prefetched
     // message, with our last ack queued behind it: read until it is quiet.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
@@ -348,7 +342,6 @@ async fn detach(mut c: Consumers) {
             _ => break,
         }
     }
-    let limit = Duration::from_secs(5);
-    let _ = tokio::time::timeout(limit, c.main.close()).await;
-    let _ = tokio::time::timeout(limit, c.retry.close()).await;
+    let _ = c.main.close().await;
+    let _ = c.retry.close().await;
 }

@@ -181,23 +181,38 @@ async fn check_namespace(client: &Client, options: &PulsarOptions) -> Result<(),
         namespace: options.namespace.clone(),
         source,
     };
-    let listed = tokio::time::timeout(
-        options.operation_timeout,
-        client.get_topics_of_namespace(ns, Mode::Persistent),
-    )
-    .await;
-    match listed {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(missing(Box::new(e))),
-        Err(_) => return Err(missing("timed out listing the namespace".into())),
+    let c = client.clone();
+    match bounded(options.operation_timeout, async move {
+        c.get_topics_of_namespace(ns, Mode::Persistent).await
+    })
+    .await
+    {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => return Err(missing(Box::new(e))),
+        None => return Err(missing("timed out listing the namespace".into())),
     }
     // Listing an absent namespace may answer an empty list; a lookup does not.
-    match tokio::time::timeout(options.operation_timeout, client.lookup_topic(probe)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(missing(Box::new(e))),
-        Err(_) => Err(missing(
+    let c = client.clone();
+    match bounded(options.operation_timeout, async move {
+        c.lookup_topic(probe).await
+    })
+    .await
+    {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) => Err(missing(Box::new(e))),
+        None => Err(missing(
             "timed out looking up a topic of the namespace".into(),
         )),
+    }
+}
+
+pub(crate) async fn bounded<T: Send + 'static>(
+    limit: Duration,
+    operation: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    match tokio::time::timeout(limit, tokio::spawn(operation)).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(_)) | Err(_) => None,
     }
 }
 
@@ -240,8 +255,12 @@ impl Inner {
         lock(&self.producers).remove(full_topic);
     }
 
-    async fn send_once(&self, full_topic: &str, message: OutMessage) -> Result<(), BoxError> {
-        let producer = self.producer(full_topic).await?;
+    async fn send_once(
+        self: Arc<Self>,
+        full_topic: String,
+        message: OutMessage,
+    ) -> Result<(), BoxError> {
+        let producer = self.producer(&full_topic).await?;
         let receipt = {
             let mut p = producer.lock().await;
             p.send_non_blocking(message).await?
@@ -251,20 +270,24 @@ impl Inner {
     }
 
     /// Sends with the publish retry policy; the error names the topic.
-    pub(crate) async fn send(&self, subject: &str, message: OutMessage) -> Result<(), QueueError> {
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        subject: &str,
+        message: OutMessage,
+    ) -> Result<(), QueueError> {
         let full = self.options.full_topic(subject);
         let attempts = u32::try_from(self.options.publish_backoff.len() + 1).unwrap_or(u32::MAX);
         let mut last: BoxError = "no attempt made".into();
         for attempt in 1..=attempts {
-            let sent = tokio::time::timeout(
+            let sent = bounded(
                 self.options.operation_timeout,
-                self.send_once(&full, message.clone()),
+                self.clone().send_once(full.clone(), message.clone()),
             )
             .await;
             match sent {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(e)) => last = e,
-                Err(_) => {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => last = e,
+                None => {
                     last = format!(
                         "no broker receipt within {:?}",
                         self.options.operation_timeout
@@ -298,9 +321,10 @@ impl Inner {
         &self,
         subject: &str,
         group: &str,
-    ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, pulsar::Error> {
+    ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, BoxError> {
         let prefetch = u32::try_from(self.options.delivery.prefetch.max(1)).unwrap_or(64);
-        self.client
+        let build = self
+            .client
             .consumer()
             .with_topic(self.options.full_topic(subject))
             .with_subscription(group)
@@ -314,19 +338,26 @@ impl Inner {
                     .with_receiver_queue_size(prefetch)
                     .durable(true),
             )
-            .build()
-            .await
+            .build::<Vec<u8>>();
+        match bounded(self.options.operation_timeout * 2, build).await {
+            Some(r) => Ok(r?),
+            None => Err(format!("timed out subscribing to {subject} as {group}").into()),
+        }
     }
 
     /// Makes sure the dead-letter topic has its keeper subscription, so dead
     /// letters are retained until someone drains them.
-    pub(crate) async fn ensure_dead_letter_keeper(&self, dlq: &str) -> Result<(), pulsar::Error> {
+    pub(crate) async fn ensure_dead_letter_keeper(&self, dlq: &str) -> Result<(), BoxError> {
         let mut kept = self.dead_letter_keepers.lock().await;
         if kept.contains(dlq) {
             return Ok(());
         }
         let mut c = self.consumer(dlq, DEAD_LETTER_GROUP).await?;
-        let _ = c.close().await;
+        let _ = bounded(
+            self.options.operation_timeout,
+            async move { c.close().await },
+        )
+        .await;
         kept.insert(dlq.to_owned());
         Ok(())
     }
@@ -443,8 +474,10 @@ impl EventQueue for PulsarQueue {
             .map(|(_, p)| p)
             .collect();
         for p in producers {
-            let mut p = p.lock().await;
-            let _ = tokio::time::timeout(self.inner.options.operation_timeout, p.close()).await;
+            let _ = bounded(self.inner.options.operation_timeout, async move {
+                p.lock().await.close().await
+            })
+            .await;
         }
         report
     }

@@ -59,14 +59,12 @@ impl Tap {
             return Ok(vec![self.pattern.as_str().to_owned()]);
         }
         let ns = format!("{}/{}", o.tenant, o.namespace);
-        let listed = tokio::time::timeout(
-            o.operation_timeout,
-            self.inner
-                .client
-                .get_topics_of_namespace(ns, Mode::Persistent),
-        )
+        let client = self.inner.client.clone();
+        let listed = super::bounded(o.operation_timeout, async move {
+            client.get_topics_of_namespace(ns, Mode::Persistent).await
+        })
         .await
-        .map_err(|_| "timed out listing the namespace")??;
+        .ok_or("timed out listing the namespace")??;
         Ok(listed
             .iter()
             .filter_map(|full| o.subject_of(full))
@@ -111,10 +109,10 @@ impl Tap {
                     .durable(false)
                     .with_initial_position(InitialPosition::Latest),
             )
-            .build();
-        Ok(tokio::time::timeout(o.operation_timeout, build)
+            .build::<Vec<u8>>();
+        Ok(super::bounded(o.operation_timeout, build)
             .await
-            .map_err(|_| format!("timed out attaching a reader to {subject}"))??)
+            .ok_or_else(|| format!("timed out attaching a reader to {subject}"))??)
     }
 
     async fn refresh(self: Arc<Self>, mut readers: HashMap<String, JoinHandle<()>>) {

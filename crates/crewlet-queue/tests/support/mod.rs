@@ -36,7 +36,9 @@ pub fn require_jars() -> Option<PathBuf> {
             panic!("CI=true and Pulsar's jars are not cached; run `cargo xtask services up`")
         }
         None => {
-            eprintln!("SKIPPED (not under CI): Pulsar's jars are not cached; run `cargo xtask services up`");
+            eprintln!(
+                "SKIPPED (not under CI): Pulsar's jars are not cached; run `cargo xtask services up`"
+            );
             None
         }
     }
@@ -138,14 +140,22 @@ impl ThrowawayPulsar {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                return Err(format!("broker exited with {status}; log:\n{}", self.log_tail()));
+                return Err(format!(
+                    "broker exited with {status}; log:\n{}",
+                    self.log_tail()
+                ));
             }
-            if http_get(self.web_port, "/admin/v2/namespaces/public").is_some_and(|b| b.contains("public/default")) {
+            if http_get(self.web_port, "/admin/v2/namespaces/public")
+                .is_some_and(|b| b.contains("public/default"))
+            {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        Err(format!("broker not ready after {limit:?}; log:\n{}", self.log_tail()))
+        Err(format!(
+            "broker not ready after {limit:?}; log:\n{}",
+            self.log_tail()
+        ))
     }
 
     pub fn log_tail(&self) -> String {
