@@ -70,12 +70,18 @@ pub fn week_start(t: DateTime<Utc>) -> DateTime<Utc> {
     Utc.from_utc_datetime(&day.and_time(NaiveTime::MIN))
 }
 
-/// The maintenance call: makes sure the current week and `weeks_ahead` weeks
-/// after it have partitions. A no-op under TimescaleDB. Returns the names of
-/// the partitions it created. Safe to run from several processes at once.
+/// The maintenance call: makes sure the previous week (late events), the
+/// current week and `weeks_ahead` weeks after it have partitions. A no-op
+/// under TimescaleDB. Returns the names of the partitions it created. Safe to
+/// run from several processes at once.
 pub async fn ensure_partitions(db: &Database, weeks_ahead: u32) -> Result<Vec<String>, StoreError> {
     let now = Utc::now();
-    ensure_partitions_between(db, now, now + Duration::weeks(i64::from(weeks_ahead))).await
+    ensure_partitions_between(
+        db,
+        now - Duration::weeks(1),
+        now + Duration::weeks(i64::from(weeks_ahead)),
+    )
+    .await
 }
 
 /// Makes sure every week touching `[from, to]` has its partition.

@@ -206,6 +206,18 @@ async fn native_partitions_are_created_ahead_and_adopt_rows_from_the_default_par
         .await?
         .get(0);
     assert!(exists, "{this_week} should exist after migrating");
+    let last_week = format!(
+        "episodes_w{}",
+        week_start(chrono::Utc::now() - chrono::Duration::weeks(1)).format("%Y%m%d")
+    );
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&last_week])
+        .await?
+        .get(0);
+    assert!(
+        exists,
+        "{last_week} (late events) should exist after migrating"
+    );
     // Idempotent.
     assert!(ensure_partitions(&db, 4).await?.is_empty());
 
