@@ -1,5 +1,6 @@
 //! `cargo xtask schema [--check]`: the JSON Schemas in `docs/schema/` are the
-//! output of `crewlet schema <kind>`.
+//! output of `crewlet schema <kind>`; `docs/openapi.json` is the output of
+//! `crewlet-api --openapi`.
 
 use std::path::Path;
 
@@ -13,6 +14,9 @@ pub const SCHEMAS: &[(&str, &str)] = &[
     ("bootstrap", "docs/schema/bootstrap.schema.json"),
 ];
 
+/// The OpenAPI document (generated from the API's routes).
+pub const OPENAPI: &str = "docs/openapi.json";
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Fail if a committed schema differs from the generated one (writes nothing).
@@ -23,8 +27,24 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<()> {
     let root = workspace_root();
     let mut stale = Vec::new();
-    for (kind, rel) in SCHEMAS {
-        let generated = generate(&root, kind)?;
+    let mut jobs: Vec<(String, Vec<&str>, &str)> = SCHEMAS
+        .iter()
+        .map(|(kind, rel)| {
+            let what = format!("the {kind} schema");
+            (what, vec!["-p", "crewlet", "--", "schema", kind], *rel)
+        })
+        .collect();
+    let openapi = vec![
+        "-p",
+        "crewlet-api-bin",
+        "--bin",
+        "crewlet-api",
+        "--",
+        "--openapi",
+    ];
+    jobs.push(("the openapi document".into(), openapi, OPENAPI));
+    for (what, run_args, rel) in jobs {
+        let generated = generate(&root, &what, &run_args)?;
         let path = root.join(rel);
         let current = std::fs::read_to_string(&path).ok();
         if current.as_deref() == Some(generated.as_str()) {
@@ -32,7 +52,7 @@ pub fn run(args: &Args) -> Result<()> {
             continue;
         }
         if args.check {
-            stale.push(*rel);
+            stale.push(rel);
             continue;
         }
         write(&path, &generated)?;
@@ -47,14 +67,11 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The output of `cargo run -q -p crewlet -- schema <kind>`, ending in a newline.
-fn generate(root: &Path, kind: &str) -> Result<String> {
+/// The output of `cargo run -q <run_args>`, ending in a newline.
+fn generate(root: &Path, what: &str, run_args: &[&str]) -> Result<String> {
     let mut cargo = cmd::cargo();
-    cargo
-        .current_dir(root)
-        .args(["run", "-q", "-p", "crewlet", "--", "schema", kind]);
-    let mut text =
-        cmd::output(&mut cargo).with_context(|| format!("cannot generate the {kind} schema"))?;
+    cargo.current_dir(root).args(["run", "-q"]).args(run_args);
+    let mut text = cmd::output(&mut cargo).with_context(|| format!("cannot generate {what}"))?;
     if text.trim().is_empty() {
         bail!("`{}` printed nothing", cmd::describe(&cargo));
     }

@@ -1,1 +1,382 @@
-fn main() {}
+//! Webhook ingest benchmark (`cargo xtask bench api`): signed GitHub
+//! deliveries per second and latency percentiles, from a bounded load
+//! generator with N concurrent keep-alive connections on loopback.
+//!
+//! Targets:
+//! - `memory`: the API embedded on the memory broker with memory stores, a
+//!   store writer as publish listener and a consumer draining the inbound
+//!   topic (what the engine process does);
+//! - `standalone`: the standalone API (`crewlet run api`) on Apache Pulsar +
+//!   PostgreSQL (buffered event store), in its own Pulsar namespace
+//!   `public/crewlet-bench` and a fresh database. Skipped when the services
+//!   are not up (`cargo xtask services up`).
+//!
+//! Every request is a unique delivery (no dedupe hits). Bounded: it sends
+//! exactly `--requests` requests (plus `--warmup`) and stops.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use crewlet_api::ApiBuilder;
+use crewlet_config::{
+    ApiConfig, Bootstrap, BootstrapProviders, DatabaseConfig, QueueConfig, QueueKind, check_company,
+};
+use crewlet_core::Event;
+use crewlet_queue::{EventQueue, HandlerError, MemoryQueue, PublishListener, handler_fn, topics};
+use crewlet_store::{MigrationOptions, NewRevision, Stores};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+const SECRET: &str = "bench-secret";
+const COMPANY: &str = r#"
+name: Bench Co
+providers:
+  llm:
+    main: {type: openai, model: m, api_keys: ["${OPENAI_API_KEY}"]}
+integrations:
+  github:
+    webhook_secret: bench-secret
+roles:
+  - name: Engineer
+    handle: eng
+"#;
+const BENCH_NAMESPACE: &str = "crewlet-bench";
+
+struct Args {
+    requests: usize,
+    connections: usize,
+    warmup: usize,
+    target: String,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        requests: 50_000,
+        connections: 32,
+        warmup: 2_000,
+        target: "all".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--requests" => args.requests = value()?.parse()?,
+            "--connections" => args.connections = value()?.parse()?,
+            "--warmup" => args.warmup = value()?.parse()?,
+            "--target" => args.target = value()?,
+            other => bail!(
+                "unknown argument {other}; use --requests N --connections C --warmup N --target memory|standalone|all"
+            ),
+        }
+    }
+    if args.requests == 0 || args.connections == 0 {
+        bail!("--requests and --connections must be at least 1");
+    }
+    Ok(args)
+}
+
+struct Report {
+    target: String,
+    requests: usize,
+    connections: usize,
+    errors: usize,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Report {
+    fn row(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        format!(
+            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+            self.target,
+            self.requests,
+            self.connections,
+            self.requests as f64 / self.elapsed.as_secs_f64(),
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.max),
+            self.errors
+        )
+    }
+}
+
+fn body() -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "action": "opened",
+        "issue": {"number": 42, "title": "Crash on start", "body": "Steps: run it. @eng can you take this?",
+                  "html_url": "https://github.com/acme/app/issues/42", "assignees": [{"login": "eng"}]},
+        "repository": {"full_name": "acme/app"},
+        "sender": {"login": "octocat", "type": "User"}
+    }))
+    .unwrap_or_default()
+}
+
+fn signature(body: &[u8]) -> Result<String> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes())?;
+    mac.update(body);
+    Ok(format!(
+        "sha256={}",
+        hex::encode(mac.finalize().into_bytes())
+    ))
+}
+
+/// Sends `count` deliveries over `connections` keep-alive connections.
+async fn load(
+    url: &str,
+    prefix: &str,
+    count: usize,
+    connections: usize,
+) -> Result<(Vec<Duration>, usize, Duration)> {
+    let body = axum::body::Bytes::from(body());
+    let sig = signature(&body)?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(connections)
+        .tcp_nodelay(true)
+        .build()?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (client, next, body, sig, url, prefix) = (
+            client.clone(),
+            next.clone(),
+            body.clone(),
+            sig.clone(),
+            url.to_owned(),
+            prefix.to_owned(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0usize;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    break;
+                }
+                let t = Instant::now();
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("x-github-event", "issues")
+                    .header("x-github-delivery", format!("{prefix}-{i}"))
+                    .header("x-hub-signature-256", &sig)
+                    .body(body.clone())
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status() == 202 => {
+                        let _ = r.bytes().await;
+                    }
+                    _ => errors += 1,
+                }
+                lat.push(t.elapsed());
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::with_capacity(count);
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await?;
+        all.extend(lat);
+        errors += e;
+    }
+    Ok((all, errors, started.elapsed()))
+}
+
+async fn measure(target: &str, url: &str, args: &Args) -> Result<Report> {
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    if args.warmup > 0 {
+        load(url, &format!("warm-{run}"), args.warmup, args.connections).await?;
+    }
+    let (mut lat, errors, elapsed) = load(url, &run, args.requests, args.connections).await?;
+    lat.sort_unstable();
+    let pick = |q: f64| {
+        let i = ((lat.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        lat.get(i.min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Ok(Report {
+        target: target.into(),
+        requests: args.requests,
+        connections: args.connections,
+        errors,
+        elapsed,
+        p50: pick(0.50),
+        p99: pick(0.99),
+        max: lat.last().copied().unwrap_or_default(),
+    })
+}
+
+struct StoreWriter(Stores);
+
+#[async_trait]
+impl PublishListener for StoreWriter {
+    async fn on_publish(&self, _topic: &str, event: &Event) -> Result<(), HandlerError> {
+        self.0
+            .events
+            .append(std::slice::from_ref(event))
+            .await
+            .map_err(HandlerError::from)
+    }
+}
+
+async fn import(stores: &Stores) -> Result<()> {
+    let (company, _) = check_company("bench", COMPANY).map_err(|p| anyhow::anyhow!("{p:?}"))?;
+    let active = stores.config.active().await?.map(|r| r.revision_id);
+    stores
+        .config
+        .create(NewRevision {
+            parent_revision_id: active,
+            created_by: "bench".into(),
+            source: "bench".into(),
+            summary: "bench".into(),
+            payload: serde_json::to_value(&company)?,
+            activate: true,
+        })
+        .await?;
+    Ok(())
+}
+
+async fn embedded_memory(args: &Args) -> Result<Report> {
+    let stores = Stores::memory();
+    import(&stores).await?;
+    let queue = MemoryQueue::standalone();
+    queue.add_publish_listener(Arc::new(StoreWriter(stores.clone())));
+    // The engine's router drains the inbound topic.
+    let _drain = queue
+        .subscribe(
+            topics::NOTIFICATIONS_INBOUND,
+            topics::NOTIFICATIONS_INBOUND_GROUP,
+            handler_fn(|_| async { Ok(()) }),
+        )
+        .await?;
+    let api = ApiBuilder::new(ApiConfig::default(), Arc::new(queue.clone()), &stores)
+        .build()
+        .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/webhooks/github", listener.local_addr()?);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        api.serve(listener, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    let report = measure("embedded, memory broker", &url, args).await;
+    let _ = tx.send(());
+    let _ = server.await;
+    report
+}
+
+async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
+    use crewlet_test_support::services;
+    let (Some(admin_dsn), Some(pulsar_url)) =
+        (services::require_postgres(), services::require_pulsar())
+    else {
+        println!(
+            "bench api: standalone on Pulsar + PostgreSQL skipped: services not up (`cargo xtask services up`)"
+        );
+        return Ok(None);
+    };
+    // A namespace of its own, so no other subscription sees the bench's deliveries.
+    let admin = services::pulsar_admin_url();
+    let r = reqwest::Client::new()
+        .put(format!(
+            "{admin}/admin/v2/namespaces/public/{BENCH_NAMESPACE}"
+        ))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the pulsar admin api at {admin}"))?;
+    if !(r.status().is_success() || r.status() == 409) {
+        bail!(
+            "cannot create namespace public/{BENCH_NAMESPACE}: {}",
+            r.status()
+        );
+    }
+    let db = crewlet_test_support::database::FreshDatabase::create(&admin_dsn).await;
+    let (stores, _) = Stores::open(&db.dsn, MigrationOptions::default()).await?;
+    import(&stores).await?;
+    let bootstrap = Bootstrap {
+        providers: BootstrapProviders {
+            queue: Some(QueueConfig {
+                kind: QueueKind::Pulsar,
+                url: Some(pulsar_url),
+                namespace: BENCH_NAMESPACE.into(),
+                ..QueueConfig::default()
+            }),
+            database: Some(DatabaseConfig {
+                dsn: db.dsn.clone(),
+                embedding_dim: 1536,
+                max_connections: 16,
+            }),
+        },
+        ..Bootstrap::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crewlet_api::standalone::serve(bootstrap, listener, async {
+        let _ = rx.await;
+    }));
+    // Wait until it serves and has loaded the company.
+    let ready = format!("http://{addr}/ready");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = client.get(&ready).send().await
+            && r.status() == 200
+        {
+            break;
+        }
+        if server.is_finished() || Instant::now() > deadline {
+            let _ = tx.send(());
+            let out = server.await?;
+            bail!("the standalone api did not become ready: {out:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = measure(
+        "standalone, Pulsar + PostgreSQL",
+        &format!("http://{addr}/webhooks/github"),
+        args,
+    )
+    .await;
+    let _ = tx.send(());
+    server.await??;
+    drop(db);
+    report.map(Some)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    let mut rows = Vec::new();
+    if matches!(args.target.as_str(), "memory" | "all") {
+        rows.push(embedded_memory(&args).await?);
+    }
+    if matches!(args.target.as_str(), "standalone" | "all")
+        && let Some(r) = standalone_pulsar_postgres(&args).await?
+    {
+        rows.push(r);
+    }
+    println!();
+    println!(
+        "| target | requests | connections | webhooks/s | p50 ms | p99 ms | max ms | errors |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        println!("{}", r.row());
+    }
+    if rows.iter().any(|r| r.errors > 0) {
+        bail!("some requests failed");
+    }
+    Ok(())
+}

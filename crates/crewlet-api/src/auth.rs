@@ -22,7 +22,10 @@ pub(crate) struct Tokens {
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokens")
-            .field("ids", &self.entries.iter().map(|(id, _)| id).collect::<Vec<_>>())
+            .field(
+                "ids",
+                &self.entries.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            )
             .field("allow_anonymous_read", &self.allow_anonymous_read)
             .finish()
     }
@@ -85,10 +88,14 @@ fn bearer(parts: &Parts) -> Result<Option<&str>, HttpError> {
     let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
-    let value = value.to_str().map_err(|_| unauthorized("the authorization header is not text"))?;
+    let value = value
+        .to_str()
+        .map_err(|_| unauthorized("the authorization header is not text"))?;
     let (scheme, token) = value.trim().split_once(' ').unwrap_or((value, ""));
     if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
-        return Err(unauthorized("the authorization header is not `Bearer <token>`"));
+        return Err(unauthorized(
+            "the authorization header is not `Bearer <token>`",
+        ));
     }
     Ok(Some(token.trim()))
 }
@@ -110,7 +117,9 @@ fn check(parts: &Parts, state: &ApiState, anonymous_ok: bool) -> Result<Caller, 
         None if tokens.is_empty() => Err(unauthorized(
             "this route needs a bearer token, and none is configured: add api.auth.tokens to config.yaml",
         )),
-        None => Err(unauthorized("this route needs a bearer token (Authorization: Bearer <token>)")),
+        None => Err(unauthorized(
+            "this route needs a bearer token (Authorization: Bearer <token>)",
+        )),
     }
 }
 

@@ -58,7 +58,10 @@ impl WebhookSecrets {
             match interpolate(raw, |name| env(name)) {
                 Ok(v) if !v.trim().is_empty() => Some(Secret(v.into_bytes().into_boxed_slice())),
                 Ok(_) => {
-                    warn!(key, "webhook secret is empty; its webhooks answer 503 until it is set");
+                    warn!(
+                        key,
+                        "webhook secret is empty; its webhooks answer 503 until it is set"
+                    );
                     None
                 }
                 // The error names the variable, never a value.
@@ -105,7 +108,9 @@ impl WebhookSecrets {
             ),
             confluence: expand(
                 "integrations.confluence.webhook_secret",
-                i.confluence.as_ref().and_then(|c| c.webhook_secret.as_ref()),
+                i.confluence
+                    .as_ref()
+                    .and_then(|c| c.webhook_secret.as_ref()),
             ),
             slack,
         }

@@ -27,6 +27,9 @@ pub enum ApiError {
     Queue(#[from] QueueError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
     /// The bootstrap asks for a backend this build does not have.
     #[error("{0}")]
     Unsupported(String),
@@ -101,7 +104,13 @@ impl HttpError {
 
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.status.as_u16(), self.error, self.reason)
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.error,
+            self.reason
+        )
     }
 }
 
@@ -110,12 +119,20 @@ impl From<StoreError> for HttpError {
         match &e {
             StoreError::InvalidInput { .. } => Self::bad_request(e.to_string()),
             StoreError::NotFound { .. } => Self::not_found(e.to_string()),
-            StoreError::Conflict { .. } => Self::new(StatusCode::CONFLICT, "conflict", e.to_string()),
-            StoreError::Unreachable { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
-                    .retry_after(5)
+            StoreError::Conflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
-            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string()),
+            StoreError::Unreachable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                e.to_string(),
+            )
+            .retry_after(5),
+            _ => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store_error",
+                e.to_string(),
+            ),
         }
     }
 }

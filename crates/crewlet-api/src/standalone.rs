@@ -6,6 +6,7 @@
 //! the engine's embedded API). Host: `--host`, else `api.host`.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -87,7 +88,10 @@ impl Backends {
         }
         let report = self.queue.shutdown().await;
         if report.abandoned > 0 {
-            warn!(abandoned = report.abandoned, "queue handlers abandoned at shutdown");
+            warn!(
+                abandoned = report.abandoned,
+                "queue handlers abandoned at shutdown"
+            );
         }
     }
 }
@@ -107,10 +111,9 @@ async fn connect_queue(bootstrap: &Bootstrap) -> Result<Arc<dyn EventQueue>, Api
 #[cfg(feature = "pulsar")]
 async fn connect_pulsar(q: &crewlet_config::QueueConfig) -> Result<Arc<dyn EventQueue>, ApiError> {
     use crewlet_queue::{PulsarOptions, PulsarQueue};
-    let url = q
-        .url
-        .clone()
-        .ok_or_else(|| ApiError::Unsupported("providers.queue.url is required for pulsar".into()))?;
+    let url = q.url.clone().ok_or_else(|| {
+        ApiError::Unsupported("providers.queue.url is required for pulsar".into())
+    })?;
     let mut options = PulsarOptions::new(url.clone()).with_namespace(&q.tenant, &q.namespace);
     if let Some(token) = &q.auth_token {
         options = options.with_auth_token(token.clone());
@@ -155,6 +158,31 @@ impl PublishListener for StoreListener {
     }
 }
 
+/// What `crewlet run api` and `crewlet-api` were asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The Tier A bootstrap file; `None`: defaults and `CREWLET_*` variables only.
+    pub config: Option<PathBuf>,
+    /// Listen address; `None`: `api.host`.
+    pub host: Option<String>,
+    /// Listen port ([`DEFAULT_PORT`] unless given; `api.port` is never read).
+    pub port: u16,
+    /// DEBUG logs.
+    pub debug: bool,
+}
+
+/// Everything a standalone binary does: load the bootstrap (file plus
+/// `CREWLET_*` overrides), set up logging, run until SIGINT or SIGTERM.
+pub fn run_blocking(options: Options) -> Result<(), ApiError> {
+    let bootstrap = Bootstrap::load(options.config.as_deref())?;
+    init_logging(&bootstrap, options.debug);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ApiError::Runtime)?;
+    runtime.block_on(run(bootstrap, options.host, options.port))
+}
+
 /// Runs the standalone API on `host:port` (host `None`: `api.host`) until
 /// SIGINT or SIGTERM.
 pub async fn run(bootstrap: Bootstrap, host: Option<String>, port: u16) -> Result<(), ApiError> {
@@ -170,10 +198,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
     let backends = Backends::connect(&bootstrap).await?;
-    let api = ApiBuilder::new(bootstrap.api.clone(), backends.queue.clone(), &backends.stores)
-        .events(backends.events.clone())
-        .build()
-        .await;
+    let api = ApiBuilder::new(
+        bootstrap.api.clone(),
+        backends.queue.clone(),
+        &backends.stores,
+    )
+    .events(backends.events.clone())
+    .build()
+    .await;
     if api.state().active_revision_id().is_none() {
         warn!(
             "no company revision is active yet: /ready answers 503 and webhooks 503 (Retry-After: 15) until one is imported"

@@ -97,7 +97,8 @@ impl ApiState {
         if let Some(engine) = &self.0.engine {
             return Some(engine.clone());
         }
-        self.snapshot().map(|s| s.view.clone() as Arc<dyn EngineView>)
+        self.snapshot()
+            .map(|s| s.view.clone() as Arc<dyn EngineView>)
     }
 
     /// Marks the API as draining: `/ready` answers 503 from now on.
@@ -135,7 +136,11 @@ impl ApiBuilder {
     /// The Tier A `api` section, the queue webhooks are published to, and the
     /// stores. Secrets are expanded from the process environment unless
     /// [`secret_env`](Self::secret_env) says otherwise.
-    pub fn new(config: ApiConfig, queue: Arc<dyn EventQueue>, stores: impl Into<ApiStores>) -> Self {
+    pub fn new(
+        config: ApiConfig,
+        queue: Arc<dyn EventQueue>,
+        stores: impl Into<ApiStores>,
+    ) -> Self {
         Self {
             config,
             queue,
@@ -153,7 +158,10 @@ impl ApiBuilder {
     }
 
     /// Where `${VAR}` references in webhook secrets are looked up.
-    pub fn secret_env(mut self, env: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+    pub fn secret_env(
+        mut self,
+        env: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
         self.env = Arc::new(env);
         self
     }

@@ -26,7 +26,12 @@ async fn health_is_200_and_ready_is_503_until_a_company_is_active() {
     let body = json_of(r).await;
     assert_eq!(body["ready"], false);
     assert!(body["revision_id"].is_null());
-    assert!(body["reason"].as_str().unwrap().contains("no company revision"));
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no company revision")
+    );
 
     let id = import(&h.stores, COMPANY).await;
     let r = h.get("/ready").send().await.unwrap();
@@ -48,12 +53,20 @@ async fn health_is_200_and_ready_is_503_until_a_company_is_active() {
 async fn reads_are_open_by_default_but_a_wrong_token_is_refused() {
     let h = Harness::start().await;
     assert_eq!(h.get("/agents").send().await.unwrap().status(), 200);
-    assert_eq!(h.authed(h.get("/agents")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        h.authed(h.get("/agents")).send().await.unwrap().status(),
+        200
+    );
     let r = h.get("/agents").bearer_auth("wrong").send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
     assert_eq!(json_of(r).await["error"], "unauthorized");
-    let r = h.get("/agents").header("authorization", "Basic abc").send().await.unwrap();
+    let r = h
+        .get("/agents")
+        .header("authorization", "Basic abc")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     h.stop().await;
 }
@@ -65,9 +78,20 @@ async fn anonymous_reads_can_be_turned_off() {
         ..Options::default()
     })
     .await;
-    for path in ["/agents", "/org", "/events", "/budgets", "/tools", "/tokens/breakdown"] {
+    for path in [
+        "/agents",
+        "/org",
+        "/events",
+        "/budgets",
+        "/tools",
+        "/tokens/breakdown",
+    ] {
         assert_eq!(h.get(path).send().await.unwrap().status(), 401, "{path}");
-        assert_eq!(h.authed(h.get(path)).send().await.unwrap().status(), 200, "{path}");
+        assert_eq!(
+            h.authed(h.get(path)).send().await.unwrap().status(),
+            200,
+            "{path}"
+        );
     }
     // Probes stay open.
     assert_eq!(h.get("/health").send().await.unwrap().status(), 200);
@@ -79,13 +103,38 @@ async fn anonymous_reads_can_be_turned_off() {
 async fn config_always_needs_a_token() {
     let h = Harness::start().await;
     assert_eq!(h.get("/config").send().await.unwrap().status(), 401);
-    assert_eq!(h.get("/config").bearer_auth("nope").send().await.unwrap().status(), 401);
-    assert_eq!(h.get("/config/revisions").send().await.unwrap().status(), 401);
-    let r = h.http.put(h.url("/config")).body("name: X").send().await.unwrap();
+    assert_eq!(
+        h.get("/config")
+            .bearer_auth("nope")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        h.get("/config/revisions").send().await.unwrap().status(),
+        401
+    );
+    let r = h
+        .http
+        .put(h.url("/config"))
+        .body("name: X")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    let r = h.http.post(h.url("/config/revisions/1/activate")).send().await.unwrap();
+    let r = h
+        .http
+        .post(h.url("/config/revisions/1/activate"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    assert_eq!(h.authed(h.get("/config")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        h.authed(h.get("/config")).send().await.unwrap().status(),
+        200
+    );
     h.stop().await;
 }
 
@@ -98,7 +147,12 @@ async fn without_configured_tokens_config_is_refused_with_the_fix() {
     .await;
     let r = h.get("/config").send().await.unwrap();
     assert_eq!(r.status(), 401);
-    assert!(json_of(r).await["reason"].as_str().unwrap().contains("api.auth.tokens"));
+    assert!(
+        json_of(r).await["reason"]
+            .as_str()
+            .unwrap()
+            .contains("api.auth.tokens")
+    );
     h.stop().await;
 }
 
@@ -108,7 +162,10 @@ async fn agents_org_and_tools_from_the_active_revision() {
     let body = json_of(h.get("/agents").send().await.unwrap()).await;
     assert_eq!(body["live"], false);
     let agents = body["agents"].as_array().unwrap();
-    let handles: Vec<&str> = agents.iter().map(|a| a["handle"].as_str().unwrap()).collect();
+    let handles: Vec<&str> = agents
+        .iter()
+        .map(|a| a["handle"].as_str().unwrap())
+        .collect();
     assert_eq!(handles, ["ceo", "cto", "eng"]);
     assert!(agents[0]["state"].is_null());
     let eng = &agents[2];
@@ -130,7 +187,10 @@ async fn agents_org_and_tools_from_the_active_revision() {
     let tools = json_of(h.get("/tools?handle=eng").send().await.unwrap()).await;
     assert_eq!(tools["live"], false);
     assert_eq!(tools["tools"], serde_json::json!([]));
-    assert_eq!(h.get("/tools?handle=ghost").send().await.unwrap().status(), 404);
+    assert_eq!(
+        h.get("/tools?handle=ghost").send().await.unwrap().status(),
+        404
+    );
     h.stop().await;
 }
 
@@ -193,14 +253,47 @@ async fn events_are_keyset_paged_and_filtered() {
     let page = json_of(h.get(&url).send().await.unwrap()).await;
     assert_eq!(page["events"].as_array().unwrap().len(), 2);
 
-    let one = json_of(h.get(&format!("/events/{}", events[0].id)).send().await.unwrap()).await;
+    let one = json_of(
+        h.get(&format!("/events/{}", events[0].id))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(one["id"], events[0].id.to_string());
-    assert_eq!(h.get("/events/not-a-uuid").send().await.unwrap().status(), 400);
+    assert_eq!(
+        h.get("/events/not-a-uuid").send().await.unwrap().status(),
+        400
+    );
     let missing = uuid::Uuid::now_v7();
-    assert_eq!(h.get(&format!("/events/{missing}")).send().await.unwrap().status(), 404);
-    assert_eq!(h.get("/events?since=yesterday").send().await.unwrap().status(), 400);
-    assert_eq!(h.get("/events?cursor=garbage").send().await.unwrap().status(), 400);
-    assert_eq!(h.get("/events?limit=many").send().await.unwrap().status(), 400);
+    assert_eq!(
+        h.get(&format!("/events/{missing}"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        h.get("/events?since=yesterday")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    assert_eq!(
+        h.get("/events?cursor=garbage")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    assert_eq!(
+        h.get("/events?limit=many").send().await.unwrap().status(),
+        400
+    );
     h.stop().await;
 }
 
@@ -216,7 +309,11 @@ async fn trace_query_returns_the_trace_in_order() {
     let mut b = Event::new(EventType::TaskStarted, "engine").with_trace(root.child());
     b.timestamp = a.timestamp + ChronoDuration::milliseconds(5);
     let other = Event::new(EventType::TaskStarted, "engine").with_trace(TraceContext::new_root());
-    h.stores.events.append(&[b.clone(), other, a.clone()]).await.unwrap();
+    h.stores
+        .events
+        .append(&[b.clone(), other, a.clone()])
+        .await
+        .unwrap();
     let body = json_of(
         h.get(&format!("/events/trace/{}", root.trace_id))
             .send()
@@ -231,18 +328,39 @@ async fn trace_query_returns_the_trace_in_order() {
         .map(|e| e["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [a.id.to_string(), b.id.to_string()]);
-    assert_eq!(h.get("/events/trace/xyz").send().await.unwrap().status(), 400);
+    assert_eq!(
+        h.get("/events/trace/xyz").send().await.unwrap().status(),
+        400
+    );
     h.stop().await;
 }
 
 #[tokio::test]
 async fn token_breakdown_and_budgets() {
     let h = Harness::start().await;
-    let r = h.get("/tokens/breakdown?since_days=7").send().await.unwrap();
+    let r = h
+        .get("/tokens/breakdown?since_days=7")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(json_of(r).await["since_days"], 7);
-    assert_eq!(h.get("/tokens/breakdown?since_days=31").send().await.unwrap().status(), 400);
-    assert_eq!(h.get("/tokens/breakdown?since_days=0").send().await.unwrap().status(), 400);
+    assert_eq!(
+        h.get("/tokens/breakdown?since_days=31")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    assert_eq!(
+        h.get("/tokens/breakdown?since_days=0")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
     let b = json_of(h.get("/budgets").send().await.unwrap()).await;
     assert!(b["budgets"].is_array() && b["usage"].is_array());
     h.stop().await;
@@ -256,7 +374,10 @@ async fn get_config_as_json_or_yaml_with_etag() {
     assert_eq!(r.headers()["etag"], "\"1\"");
     let body = json_of(r).await;
     assert_eq!(body["name"], "Test Co");
-    assert_eq!(body["integrations"]["github"]["webhook_secret"], "${GH_SECRET}", "never expanded");
+    assert_eq!(
+        body["integrations"]["github"]["webhook_secret"], "${GH_SECRET}",
+        "never expanded"
+    );
     let r = h
         .authed(h.get("/config"))
         .header("accept", "application/yaml")
@@ -288,7 +409,12 @@ async fn put_config_bad_yaml_is_400_with_located_problems() {
     for p in problems {
         assert!(p["path"].is_string() && p["message"].is_string(), "{p}");
     }
-    assert!(problems.iter().any(|p| p["path"].as_str().unwrap().contains("colour") && p["line"] == 8), "{problems:#?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["path"].as_str().unwrap().contains("colour") && p["line"] == 8),
+        "{problems:#?}"
+    );
     let r = h
         .authed(h.http.put(h.url("/config")))
         .body("name: [unclosed")
@@ -418,7 +544,10 @@ async fn unknown_routes_answer_json_404_and_cors_allows_the_configured_origin() 
         .send()
         .await
         .unwrap();
-    assert_eq!(r.headers()["access-control-allow-origin"], "https://dash.example.com");
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://dash.example.com"
+    );
     let r = h
         .get("/agents")
         .header("origin", "https://evil.example.com")
@@ -433,7 +562,11 @@ async fn unknown_routes_answer_json_404_and_cors_allows_the_configured_origin() 
 async fn binding_a_taken_port_names_the_port_and_the_likely_holder() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = taken.local_addr().unwrap().port();
-    let err = crewlet_api::bind("127.0.0.1", port).await.err().unwrap().to_string();
+    let err = crewlet_api::bind("127.0.0.1", port)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains(&port.to_string()), "{err}");
     assert!(err.contains("crewlet run"), "{err}");
     assert!(err.contains("crewlet run api"), "{err}");

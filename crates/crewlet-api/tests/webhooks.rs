@@ -21,7 +21,10 @@ fn assert_one_inbound(h: &Harness, source: &str) -> RawWebhook {
     assert_eq!(inbound.len(), 1, "{inbound:#?}");
     let e = &inbound[0];
     assert_eq!(e.event_type, EventType::RawWebhook);
-    assert!(e.trace_id.is_some() && e.span_id.is_some(), "no trace on {e:?}");
+    assert!(
+        e.trace_id.is_some() && e.span_id.is_some(),
+        "no trace on {e:?}"
+    );
     assert!(e.parent_span_id.is_none(), "the webhook starts a root span");
     let raw = RawWebhook::from_event(e).unwrap();
     assert_eq!(raw.source.as_str(), source);
@@ -31,10 +34,16 @@ fn assert_one_inbound(h: &Harness, source: &str) -> RawWebhook {
 #[tokio::test]
 async fn github_accepted_publishes_one_raw_webhook_with_a_trace() {
     let h = Harness::start().await;
-    let r = github_request(&h, "/webhooks/github", "d-1", github_issue(7), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-1",
+        github_issue(7),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
     let body = json_of(r).await;
     assert_eq!(body["accepted"], true);
@@ -44,7 +53,10 @@ async fn github_accepted_publishes_one_raw_webhook_with_a_trace() {
     assert_eq!(body["trace_id"], e.trace_id.unwrap().to_string());
     assert_eq!(raw.handle, None);
     assert_eq!(raw.headers["x-github-delivery"], "d-1");
-    assert!(!raw.headers.contains_key("x-hub-signature-256"), "signatures are never kept");
+    assert!(
+        !raw.headers.contains_key("x-hub-signature-256"),
+        "signatures are never kept"
+    );
     assert_eq!(raw.body["issue"]["number"], 7);
     let n = raw.into_notification();
     assert_eq!(n.kind, "issues.opened");
@@ -52,7 +64,14 @@ async fn github_accepted_publishes_one_raw_webhook_with_a_trace() {
     assert_eq!(n.raw["issue"]["number"], 7);
     // The event went through the store writer: the trace query finds it.
     let trace = e.trace_id.unwrap().to_string();
-    let t: Value = h.get(&format!("/events/trace/{trace}")).send().await.unwrap().json().await.unwrap();
+    let t: Value = h
+        .get(&format!("/events/trace/{trace}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(t["events"].as_array().unwrap().len(), 1);
     assert_eq!(t["events"][0]["type"], "raw_webhook");
     h.stop().await;
@@ -61,18 +80,30 @@ async fn github_accepted_publishes_one_raw_webhook_with_a_trace() {
 #[tokio::test]
 async fn github_with_a_seat_handle_and_unknown_seat() {
     let h = Harness::start().await;
-    let r = github_request(&h, "/webhooks/github/eng", "d-2", github_issue(8), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github/eng",
+        "d-2",
+        github_issue(8),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
     let raw = assert_one_inbound(&h, "github");
     assert_eq!(raw.handle.as_deref(), Some("eng"));
     assert_eq!(h.published.inbound()[0].tags["handle"], "eng");
-    let r = github_request(&h, "/webhooks/github/nobody", "d-3", github_issue(8), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github/nobody",
+        "d-3",
+        github_issue(8),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(h.published.inbound().len(), 1);
     h.stop().await;
@@ -81,15 +112,29 @@ async fn github_with_a_seat_handle_and_unknown_seat() {
 #[tokio::test]
 async fn bad_signature_is_401_and_publishes_nothing() {
     let h = Harness::start().await;
-    let r = github_request(&h, "/webhooks/github", "d-1", github_issue(1), "wrong-secret")
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-1",
+        github_issue(1),
+        "wrong-secret",
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 401);
     let body = json_of(r).await;
     assert_eq!(body["error"], "bad_signature");
-    assert!(body["reason"].as_str().unwrap().contains("x-hub-signature-256"));
-    assert!(!body.to_string().contains(GITHUB_SECRET), "no secret in answers");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("x-hub-signature-256")
+    );
+    assert!(
+        !body.to_string().contains(GITHUB_SECRET),
+        "no secret in answers"
+    );
     // A missing signature is 401 too.
     let r = h
         .http
@@ -108,10 +153,16 @@ async fn bad_signature_is_401_and_publishes_nothing() {
 #[tokio::test]
 async fn bad_json_is_400() {
     let h = Harness::start().await;
-    let r = github_request(&h, "/webhooks/github", "d-1", b"{not json".to_vec(), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-1",
+        b"{not json".to_vec(),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(json_of(r).await["error"], "bad_json");
     assert!(h.published.inbound().is_empty());
@@ -125,15 +176,26 @@ async fn missing_secret_is_503_retry_after_300() {
         ..Options::default()
     })
     .await;
-    let r = github_request(&h, "/webhooks/github", "d-1", github_issue(1), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-1",
+        github_issue(1),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "300");
     let body = json_of(r).await;
     assert_eq!(body["error"], "missing_secret");
-    assert!(body["reason"].as_str().unwrap().contains("integrations.github.webhook_secret"));
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("integrations.github.webhook_secret")
+    );
     // A seat without a Slack signing secret: same.
     let r = h
         .http
@@ -164,10 +226,16 @@ async fn no_active_company_is_503_retry_after_15() {
     // Once a company is imported (and seen: the poll, or /ready), deliveries are accepted.
     import(&h.stores, COMPANY).await;
     assert_eq!(h.get("/ready").send().await.unwrap().status(), 200);
-    let r = github_request(&h, "/webhooks/github", "d-1", github_issue(1), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-1",
+        github_issue(1),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
     h.stop().await;
 }
@@ -176,10 +244,16 @@ async fn no_active_company_is_503_retry_after_15() {
 async fn oversized_body_is_413() {
     let h = Harness::start().await;
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1024 * 1024 + 10));
-    let r = github_request(&h, "/webhooks/github", "d-1", big.into_bytes(), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-1",
+        big.into_bytes(),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 413);
     assert_eq!(json_of(r).await["error"], "payload_too_large");
     // Streamed without a Content-Length: the cap still holds.
@@ -229,15 +303,27 @@ async fn slow_body_is_408() {
 #[tokio::test]
 async fn duplicate_github_delivery_is_accepted_once() {
     let h = Harness::start().await;
-    let first = github_request(&h, "/webhooks/github", "same-id", github_issue(3), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let first = github_request(
+        &h,
+        "/webhooks/github",
+        "same-id",
+        github_issue(3),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(first.status(), 202);
-    let again = github_request(&h, "/webhooks/github", "same-id", github_issue(3), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let again = github_request(
+        &h,
+        "/webhooks/github",
+        "same-id",
+        github_issue(3),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(again.status(), 202);
     let body = json_of(again).await;
     assert_eq!(body["duplicate"], true);
@@ -272,7 +358,10 @@ async fn github_ping_is_verified_and_ignored() {
 fn slack_signed(h: &Harness, handle: &str, body: &Value, secret: &str) -> reqwest::RequestBuilder {
     let body = serde_json::to_vec(body).unwrap();
     let ts = chrono::Utc::now().timestamp().to_string();
-    let sig = format!("v0={}", hmac_hex(secret, &[b"v0:", ts.as_bytes(), b":", &body]));
+    let sig = format!(
+        "v0={}",
+        hmac_hex(secret, &[b"v0:", ts.as_bytes(), b":", &body])
+    );
     h.http
         .post(h.url(&format!("/webhooks/slack/{handle}")))
         .header("content-type", "application/json")
@@ -285,7 +374,10 @@ fn slack_signed(h: &Harness, handle: &str, body: &Value, secret: &str) -> reqwes
 async fn slack_message_url_verification_and_dedupe() {
     let h = Harness::start().await;
     let challenge = json!({"type": "url_verification", "challenge": "abc123", "token": "t"});
-    let r = slack_signed(&h, "ceo", &challenge, SLACK_SECRET).send().await.unwrap();
+    let r = slack_signed(&h, "ceo", &challenge, SLACK_SECRET)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(json_of(r).await["challenge"], "abc123");
     assert!(h.published.inbound().is_empty());
@@ -294,20 +386,32 @@ async fn slack_message_url_verification_and_dedupe() {
         "type": "event_callback", "event_id": "Ev123", "team_id": "T1",
         "event": {"type": "message", "channel": "C1", "user": "U1", "text": "hello", "ts": "1700000000.000100"}
     });
-    let r = slack_signed(&h, "ceo", &message, SLACK_SECRET).send().await.unwrap();
+    let r = slack_signed(&h, "ceo", &message, SLACK_SECRET)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(json_of(r).await["accepted"], true);
     let raw = assert_one_inbound(&h, "slack");
     assert_eq!(raw.handle.as_deref(), Some("ceo"));
     assert_eq!(raw.notification.delivery_key, "Ev123");
-    let again = slack_signed(&h, "ceo", &message, SLACK_SECRET).send().await.unwrap();
+    let again = slack_signed(&h, "ceo", &message, SLACK_SECRET)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 200);
     assert_eq!(json_of(again).await["duplicate"], true);
     assert_eq!(h.published.inbound().len(), 1);
 
-    let bad = slack_signed(&h, "ceo", &message, "not-the-secret").send().await.unwrap();
+    let bad = slack_signed(&h, "ceo", &message, "not-the-secret")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 401);
-    let unknown = slack_signed(&h, "nobody", &message, SLACK_SECRET).send().await.unwrap();
+    let unknown = slack_signed(&h, "nobody", &message, SLACK_SECRET)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unknown.status(), 404);
     assert_eq!(h.published.inbound().len(), 1);
     h.stop().await;
@@ -379,11 +483,20 @@ async fn plane_signed_accepted_and_bad_signature_refused() {
     h.stop().await;
 }
 
-async fn atlassian(h: &Harness, path: &str, secret: &str, body: &Value, id: &str) -> reqwest::Response {
+async fn atlassian(
+    h: &Harness,
+    path: &str,
+    secret: &str,
+    body: &Value,
+    id: &str,
+) -> reqwest::Response {
     let body = serde_json::to_vec(body).unwrap();
     h.http
         .post(h.url(path))
-        .header("x-hub-signature", format!("sha256={}", hmac_hex(secret, &[&body])))
+        .header(
+            "x-hub-signature",
+            format!("sha256={}", hmac_hex(secret, &[&body])),
+        )
         .header("x-atlassian-webhook-identifier", id)
         .body(body)
         .send()
@@ -400,7 +513,12 @@ async fn jira_signed_accepted_and_bad_signature_refused() {
         "issue": {"key": "ENG-1", "self": "https://acme.atlassian.net/rest/api/2/issue/10001",
                   "fields": {"summary": "Broken build", "project": {"key": "ENG"}, "description": "fix it"}}
     });
-    assert_eq!(atlassian(&h, "/webhooks/jira", "wrong", &body, "j-0").await.status(), 401);
+    assert_eq!(
+        atlassian(&h, "/webhooks/jira", "wrong", &body, "j-0")
+            .await
+            .status(),
+        401
+    );
     assert!(h.published.inbound().is_empty());
     let r = atlassian(&h, "/webhooks/jira", JIRA_SECRET, &body, "j-1").await;
     assert_eq!(r.status(), 202);
@@ -417,9 +535,21 @@ async fn confluence_signed_accepted_and_bad_signature_refused() {
         "userAccountId": "acc-2",
         "page": {"id": "123", "title": "Runbook", "spaceKey": "OPS"}
     });
-    assert_eq!(atlassian(&h, "/webhooks/confluence", "wrong", &body, "c-0").await.status(), 401);
+    assert_eq!(
+        atlassian(&h, "/webhooks/confluence", "wrong", &body, "c-0")
+            .await
+            .status(),
+        401
+    );
     assert!(h.published.inbound().is_empty());
-    let r = atlassian(&h, "/webhooks/confluence/cto", CONFLUENCE_SECRET, &body, "c-1").await;
+    let r = atlassian(
+        &h,
+        "/webhooks/confluence/cto",
+        CONFLUENCE_SECRET,
+        &body,
+        "c-1",
+    )
+    .await;
     assert_eq!(r.status(), 202);
     let raw = assert_one_inbound(&h, "confluence");
     assert_eq!(raw.notification.channel_or_project, "OPS");
@@ -434,10 +564,16 @@ async fn webhooks_ignore_bearer_auth_even_when_reads_are_closed() {
         ..Options::default()
     })
     .await;
-    let r = github_request(&h, "/webhooks/github", "d-9", github_issue(9), GITHUB_SECRET)
-        .send()
-        .await
-        .unwrap();
+    let r = github_request(
+        &h,
+        "/webhooks/github",
+        "d-9",
+        github_issue(9),
+        GITHUB_SECRET,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
     assert_eq!(h.published.on(topics::NOTIFICATIONS_INBOUND).len(), 1);
     h.stop().await;

@@ -41,6 +41,8 @@ benches! {
     Validate => validate,
     /// Event store inserts/s (buffered, per publish, raw COPY) and token-breakdown latency.
     Store => store,
+    /// Webhook ingest: signed GitHub deliveries/s and p50/p99 latency (memory broker; Pulsar + PostgreSQL).
+    Api => api,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

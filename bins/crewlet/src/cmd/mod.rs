@@ -2,6 +2,7 @@
 //! error that is printed and exits with 2.
 
 mod migrate;
+mod run_api;
 mod schema;
 mod validate;
 
@@ -26,6 +27,8 @@ pub enum Command {
     Schema(schema::Args),
     /// Apply the database migrations (`--check`: only report, exit 1 if pending).
     Migrate(migrate::Args),
+    /// Run the company; `run api` runs the standalone API process.
+    Run(run_api::RunArgs),
 }
 
 /// Exit code for a file that cannot be read (or another failure of the tool).
@@ -36,6 +39,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Migrate(args) => migrate::run(&args),
+        Command::Run(args) => run_api::dispatch(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

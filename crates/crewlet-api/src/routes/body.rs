@@ -63,7 +63,10 @@ pub(crate) async fn read(
         Err(_) => Err(HttpError::new(
             StatusCode::REQUEST_TIMEOUT,
             "request_timeout",
-            format!("the request body was not received within {} s", timeout.as_secs()),
+            format!(
+                "the request body was not received within {} s",
+                timeout.as_secs()
+            ),
         )),
     }
 }

@@ -83,7 +83,8 @@ fn wants_yaml(headers: &HeaderMap) -> bool {
 }
 
 fn etag(revision_id: i64) -> HeaderValue {
-    HeaderValue::from_str(&format!("\"{revision_id}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+    HeaderValue::from_str(&format!("\"{revision_id}\""))
+        .unwrap_or(HeaderValue::from_static("\"0\""))
 }
 
 fn not_configured() -> HttpError {
@@ -105,11 +106,13 @@ fn if_match(headers: &HeaderMap) -> HttpResult<Option<IfMatch>> {
         return Ok(Some(IfMatch::Any));
     }
     let bare = text.trim_start_matches("W/").trim_matches('"');
-    bare.parse::<i64>().map(|id| Some(IfMatch::Revision(id))).map_err(|_| {
-        HttpError::bad_request(format!(
-            "If-Match `{text}` is not a revision id (GET /config answers it in ETag)"
-        ))
-    })
+    bare.parse::<i64>()
+        .map(|id| Some(IfMatch::Revision(id)))
+        .map_err(|_| {
+            HttpError::bad_request(format!(
+                "If-Match `{text}` is not a revision id (GET /config answers it in ETag)"
+            ))
+        })
 }
 
 enum IfMatch {
@@ -148,7 +151,9 @@ fn summary(headers: &HeaderMap, default: String) -> String {
 
 fn conflict(e: StoreError) -> HttpError {
     match e {
-        StoreError::Conflict { .. } => HttpError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+        StoreError::Conflict { .. } => {
+            HttpError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+        }
         other => other.into(),
     }
 }
@@ -186,7 +191,9 @@ async fn activated(state: &ApiState, revision: &ConfigRevision, caller: &Caller)
 }
 
 fn with_etag(mut response: Response, revision_id: i64) -> Response {
-    response.headers_mut().insert(header::ETAG, etag(revision_id));
+    response
+        .headers_mut()
+        .insert(header::ETAG, etag(revision_id));
     response
 }
 
@@ -221,7 +228,10 @@ pub async fn get_config(
             )
         })?;
         (
-            [(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/yaml"),
+            )],
             yaml,
         )
             .into_response()
@@ -255,27 +265,39 @@ pub async fn put_config(
 ) -> HttpResult<Response> {
     let (parts, raw) = request.into_parts();
     let limits = state.inner().limits;
-    let bytes = body::read(&parts.headers, raw, limits.config_body_limit, limits.body_timeout).await?;
+    let bytes = body::read(
+        &parts.headers,
+        raw,
+        limits.config_body_limit,
+        limits.body_timeout,
+    )
+    .await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| HttpError::bad_request("the request body is not UTF-8 text"))?;
-    let company = check_company(BODY_SOURCE, text).map(|(c, _)| c).map_err(|problems| {
-        HttpError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_config",
-            format!(
-                "the company configuration has {} problem{}",
-                problems.len(),
-                if problems.len() == 1 { "" } else { "s" }
-            ),
-        )
-        .with_problems(problems)
-    })?;
+    let company = check_company(BODY_SOURCE, text)
+        .map(|(c, _)| c)
+        .map_err(|problems| {
+            HttpError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_config",
+                format!(
+                    "the company configuration has {} problem{}",
+                    problems.len(),
+                    if problems.len() == 1 { "" } else { "s" }
+                ),
+            )
+            .with_problems(problems)
+        })?;
     let wanted = if_match(&parts.headers)?;
     let configs = &state.inner().stores.config;
     let active = configs.active().await?.map(|r| r.revision_id);
     check_precondition(wanted, active)?;
     let payload = serde_json::to_value(&company).map_err(|e| {
-        HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "serialize_error", e.to_string())
+        HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "serialize_error",
+            e.to_string(),
+        )
     })?;
     let revision = configs
         .create(NewRevision {
@@ -355,7 +377,11 @@ pub async fn activate(
     let active = configs.active().await?.map(|r| r.revision_id);
     check_precondition(if_match(&headers)?, active)?;
     let revision = configs
-        .revert(id, &caller.name(), &summary(&headers, format!("revert to revision {id}")))
+        .revert(
+            id,
+            &caller.name(),
+            &summary(&headers, format!("revert to revision {id}")),
+        )
         .await
         .map_err(conflict)?;
     activated(&state, &revision, &caller).await;

@@ -60,7 +60,10 @@ impl Modify for BearerAuth {
     responses((status = 200, description = "the OpenAPI 3.1 document", body = Object)))]
 async fn openapi_json() -> Response {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         crate::openapi::json(),
     )
         .into_response()
@@ -106,7 +109,10 @@ pub(crate) async fn fallback(uri: Uri) -> HttpError {
     HttpError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no route for `{}`; GET /openapi.json lists them", uri.path()),
+        format!(
+            "no route for `{}`; GET /openapi.json lists them",
+            uri.path()
+        ),
     )
 }
 

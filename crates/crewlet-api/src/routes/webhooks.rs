@@ -88,7 +88,9 @@ fn webhook_error(e: &WebhookError) -> HttpError {
     let code = match e {
         WebhookError::BadSignature { .. } => "bad_signature",
         WebhookError::StaleTimestamp { .. } => "stale_timestamp",
-        WebhookError::MissingHeader { .. } if status == StatusCode::UNAUTHORIZED => "missing_signature",
+        WebhookError::MissingHeader { .. } if status == StatusCode::UNAUTHORIZED => {
+            "missing_signature"
+        }
         WebhookError::MissingHeader { .. } => "missing_header",
         WebhookError::BadJson { .. } => "bad_json",
         WebhookError::MissingSecret { .. } => "missing_secret",
@@ -159,7 +161,10 @@ async fn handle(
     let snapshot = match state.snapshot() {
         Some(s) => s,
         None => {
-            inner.company.refresh_if_older(std::time::Duration::from_secs(1)).await;
+            inner
+                .company
+                .refresh_if_older(std::time::Duration::from_secs(1))
+                .await;
             state.snapshot().ok_or_else(not_configured)?
         }
     };
@@ -173,9 +178,15 @@ async fn handle(
     }
     let (parts, raw) = request.into_parts();
     let limits = inner.limits;
-    let bytes = body::read(&parts.headers, raw, limits.webhook_body_limit, limits.body_timeout).await?;
-    let inbound = receive(source, &snapshot, handle.as_deref(), &parts.headers, &bytes)
-        .map_err(|e| {
+    let bytes = body::read(
+        &parts.headers,
+        raw,
+        limits.webhook_body_limit,
+        limits.body_timeout,
+    )
+    .await?;
+    let inbound =
+        receive(source, &snapshot, handle.as_deref(), &parts.headers, &bytes).map_err(|e| {
             let err = webhook_error(&e);
             if err.status.is_server_error() {
                 warn!(source = %source, reason = %err.reason, "webhook refused");
@@ -203,7 +214,10 @@ async fn handle(
         }
         Inbound::Notification(n) => n,
     };
-    let key = (source.as_str().to_owned(), notification.delivery_key.clone());
+    let key = (
+        source.as_str().to_owned(),
+        notification.delivery_key.clone(),
+    );
     if !claim(&state, &key).await {
         debug!(source = %source, delivery = %key.1, "duplicate webhook delivery");
         return Ok(ok(

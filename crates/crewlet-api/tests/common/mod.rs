@@ -146,7 +146,8 @@ pub struct Harness {
 }
 
 pub async fn import(stores: &Stores, yaml: &str) -> i64 {
-    let (company, _) = check_company("test", yaml).unwrap_or_else(|p| panic!("bad test company: {p:?}"));
+    let (company, _) =
+        check_company("test", yaml).unwrap_or_else(|p| panic!("bad test company: {p:?}"));
     let active = stores.config.active().await.unwrap().map(|r| r.revision_id);
     stores
         .config
