@@ -15,7 +15,7 @@ use super::json::{self, strip_html, text, unique};
 use super::mentions;
 use super::{Inbound, Notification, Source, WebhookError};
 
-pub use super::jira::{DELIVERY_HEADER, SIGNATURE_HEADER};
+pub use super::jira::{DELIVERY_HEADER, SIGNATURE_HEADER, signature};
 pub const SECRET_KEY: &str = "integrations.confluence.webhook_secret";
 
 const SOURCE: Source = Source::Confluence;
@@ -132,7 +132,6 @@ pub fn receive<H: Headers + ?Sized>(
 mod tests {
     use serde_json::json;
 
-    use super::super::signature::hmac_sha256;
     use super::*;
 
     /// Computed independently with Python:
@@ -165,10 +164,7 @@ mod tests {
         });
         let body = serde_json::to_vec(&p).unwrap();
         let headers = vec![
-            (
-                "X-Hub-Signature".to_string(),
-                format!("sha256={}", hex::encode(hmac_sha256(b"s", &[&body]))),
-            ),
+            ("X-Hub-Signature".to_string(), signature(b"s", &body)),
             (
                 "X-Atlassian-Webhook-Identifier".to_string(),
                 "c-1".to_string(),

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, text, texts, unique};
 use super::mentions;
-use super::signature::{require_secret, verify_hex_hmac};
+use super::signature::{hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -18,6 +18,14 @@ pub const EVENT_HEADER: &str = "x-github-event";
 pub const SECRET_KEY: &str = "integrations.github.webhook_secret";
 
 const SOURCE: Source = Source::Github;
+
+/// The `X-Hub-Signature-256` value GitHub would send for `body`.
+pub fn signature(webhook_secret: &[u8], body: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(webhook_secret, &[body]))
+    )
+}
 
 pub fn verify<H: Headers + ?Sized>(
     headers: &H,
@@ -165,7 +173,6 @@ pub fn receive<H: Headers + ?Sized>(
 mod tests {
     use serde_json::json;
 
-    use super::super::signature::hmac_sha256;
     use super::*;
 
     fn signed(secret: &[u8], event: &str, body: &[u8]) -> Vec<(String, String)> {

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, text, texts};
 use super::mentions;
-use super::signature::{check_timestamp, hmac_matches, secrets_equal};
+use super::signature::{check_timestamp, hmac_matches, hmac_sha256, secrets_equal};
 use super::{Inbound, Notification, Source, WebhookError};
 
 pub const TOKEN_HEADER: &str = "x-gitlab-token";
@@ -147,6 +147,28 @@ fn standard_key(secret: &[u8]) -> Option<Vec<u8>> {
     BASE64.decode(b64).ok().filter(|k| !k.is_empty())
 }
 
+/// The `webhook-signature` value a Standard Webhooks sender would send, or
+/// `None` when `signing_secret` is not `whsec_<base64>`.
+pub fn standard_signature(
+    signing_secret: &str,
+    webhook_id: &str,
+    timestamp: &str,
+    body: &[u8],
+) -> Option<String> {
+    let key = standard_key(signing_secret.as_bytes())?;
+    let tag = hmac_sha256(
+        &key,
+        &[
+            webhook_id.as_bytes(),
+            b".",
+            timestamp.as_bytes(),
+            b".",
+            body,
+        ],
+    );
+    Some(format!("v1,{}", BASE64.encode(tag)))
+}
+
 /// `issue` / `work_item`, `note` and `merge_request` hooks become
 /// notifications; the rest is ignored.
 pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inbound, WebhookError> {
@@ -267,7 +289,6 @@ pub fn receive<H: Headers + ?Sized>(
 mod tests {
     use serde_json::{Value, json};
 
-    use super::super::signature::hmac_sha256;
     use super::*;
 
     fn at(secs: i64) -> DateTime<Utc> {
@@ -378,16 +399,12 @@ mod tests {
     }
 
     fn signed_headers(secret: &str, id: &str, now: i64, body: &[u8]) -> Vec<(String, String)> {
-        let key = standard_key(secret.as_bytes()).unwrap();
         let ts = now.to_string();
-        let tag = hmac_sha256(&key, &[id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+        let sig = standard_signature(secret, id, &ts, body).unwrap();
         vec![
             ("webhook-id".into(), id.into()),
             ("webhook-timestamp".into(), ts),
-            (
-                "webhook-signature".into(),
-                format!("v1,{}", BASE64.encode(tag)),
-            ),
+            ("webhook-signature".into(), sig),
         ]
     }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, text, unique};
 use super::mentions;
-use super::signature::{body_key, require_secret, verify_hex_hmac};
+use super::signature::{body_key, hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature";
@@ -40,6 +40,14 @@ pub(crate) fn delivery_key<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Str
     get(headers, DELIVERY_HEADER)
         .map(str::to_string)
         .unwrap_or_else(|| body_key(body))
+}
+
+/// The `X-Hub-Signature` value Jira (and Confluence) would send for `body`.
+pub fn signature(webhook_secret: &[u8], body: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(webhook_secret, &[body]))
+    )
 }
 
 pub fn verify<H: Headers + ?Sized>(
@@ -181,7 +189,6 @@ fn walk_adf(node: &Value, out: &mut String, mentions: &mut Vec<String>) {
 mod tests {
     use serde_json::json;
 
-    use super::super::signature::hmac_sha256;
     use super::*;
 
     /// Computed independently with Python:

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, strip_html, text, texts, unique};
 use super::mentions;
-use super::signature::{body_key, require_secret, verify_hex_hmac};
+use super::signature::{body_key, hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
 
 pub const SIGNATURE_HEADER: &str = "x-plane-signature";
@@ -19,6 +19,11 @@ pub const EVENT_HEADER: &str = "x-plane-event";
 pub const SECRET_KEY: &str = "integrations.plane.webhook_secret";
 
 const SOURCE: Source = Source::Plane;
+
+/// The `X-Plane-Signature` value Plane would send for `body`.
+pub fn signature(webhook_secret: &[u8], body: &[u8]) -> String {
+    hex::encode(hmac_sha256(webhook_secret, &[body]))
+}
 
 pub fn verify<H: Headers + ?Sized>(
     headers: &H,
@@ -148,7 +153,6 @@ pub fn receive<H: Headers + ?Sized>(
 mod tests {
     use serde_json::json;
 
-    use super::super::signature::hmac_sha256;
     use super::*;
 
     /// Computed independently with Python:

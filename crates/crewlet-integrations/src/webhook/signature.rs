@@ -13,7 +13,6 @@ type HmacSha256 = Hmac<Sha256>;
 /// Webhooks' recommendation).
 pub(crate) const TOLERANCE_SECS: i64 = 300;
 
-#[cfg(test)]
 pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     // HMAC accepts keys of any length, so this never fails in practice.
     let Ok(mut mac) = HmacSha256::new_from_slice(key) else {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::headers::{Headers, get};
 use super::json::{self, text};
 use super::mentions;
-use super::signature::{check_timestamp, require_secret, verify_hex_hmac};
+use super::signature::{check_timestamp, hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
 
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
@@ -63,6 +63,18 @@ pub fn verify<H: Headers + ?Sized>(
         "v0=",
         secret,
         &[b"v0:", ts.as_bytes(), b":", body],
+    )
+}
+
+/// The `X-Slack-Signature` value Slack would send for `body` at `timestamp`
+/// (for tests and fakes that play Slack).
+pub fn signature(signing_secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+    format!(
+        "v0={}",
+        hex::encode(hmac_sha256(
+            signing_secret,
+            &[b"v0:", timestamp.as_bytes(), b":", body]
+        ))
     )
 }
 
@@ -177,7 +189,6 @@ fn is_own_message(payload: &Value, event: &Value) -> bool {
 mod tests {
     use serde_json::json;
 
-    use super::super::signature::hmac_sha256;
     use super::*;
 
     fn at(secs: i64) -> DateTime<Utc> {
@@ -185,10 +196,7 @@ mod tests {
     }
 
     fn sign(secret: &[u8], ts: &str, body: &[u8]) -> String {
-        format!(
-            "v0={}",
-            hex::encode(hmac_sha256(secret, &[b"v0:", ts.as_bytes(), b":", body]))
-        )
+        signature(secret, ts, body)
     }
 
     /// Slack's documented example ("Verifying requests from Slack"), signature
