@@ -1,0 +1,54 @@
+//! The running company. `crewlet-engine` composes everything below it: the
+//! queue (`crewlet-queue`), the stores (`crewlet-store`), the model
+//! providers (`crewlet-llm`), the turn engine and tools (`crewlet-turn`),
+//! MCP servers and webhook notifications (`crewlet-integrations`) and the
+//! org chart (`crewlet-config`) into:
+//!
+//! - [`Engine`] ([`EngineBuilder`]): one runtime per agent seat, subscribed
+//!   to its durable inbox, one turn at a time per seat under a global cap,
+//!   lifecycle events, hooks, token usage, graceful shutdown; it implements
+//!   the API's [`EngineView`](crewlet_api::EngineView).
+//! - [`NotificationRouter`]: verified webhooks to exactly one seat's inbox.
+//! - [`Scheduler`]: cron schedules fired at most once per fire time.
+//! - Tools: `lookup_colleague` and the company's MCP tools.
+//! - [`run`]: `crewlet run` (backends from the bootstrap, company import,
+//!   embedded API, signals); [`admin`]: `crewlet config ...` and
+//!   `crewlet budgets ...`.
+//!
+//! It owns no HTTP routes (`crewlet-api`), no storage schema
+//! (`crewlet-store`) and no turn logic (`crewlet-turn`). See `docs/engine.md`.
+
+pub mod admin;
+mod backends;
+mod company;
+mod engine;
+mod error;
+mod hooks;
+mod llm;
+mod recent;
+mod router;
+pub mod run;
+mod scheduler;
+mod seat;
+mod sink;
+mod task;
+mod tools;
+
+pub use backends::Backends;
+pub use company::{
+    SIBLING_COMPANY_FILE, active_company, company_of, import_company, sibling_company_file,
+};
+pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummary};
+pub use error::EngineError;
+pub use hooks::{Hook, TASK_STATE_EVENTS};
+pub use llm::{build_registry, role_llm};
+pub use router::{NotificationRouter, ROUTER_CLAIM_SOURCE, RouteRule, Routing};
+pub use run::{RunOptions, init_logging};
+pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};
+pub use task::{TaskRequest, derived_task_id};
+pub use tools::{TOOL_NAME_SEPARATOR, tool_name};
+
+/// A `providers.llm` block for test companies (validation wants one when
+/// there are agent seats); append it to a company YAML.
+#[cfg(test)]
+pub(crate) const TEST_LLM: &str = "\nproviders:\n  llm:\n    main: {type: openai-compatible, model: m, base_url: \"http://127.0.0.1:9/v1\"}\n";

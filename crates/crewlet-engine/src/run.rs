@@ -1,0 +1,373 @@
+//! `crewlet run`: the engine process, with the embedded API when
+//! `api.port > 0` (or `--api-port`).
+//!
+//! 1. Connect the queue and the stores (migrations run when a database is
+//!    configured); say in one line what does not survive a restart.
+//! 2. Find the company: `--import-company FILE` is validated and stored as
+//!    the new active revision; otherwise the active revision is used;
+//!    when none is active and a `company.yaml` sits beside the bootstrap
+//!    file, that file is imported. With none at all the engine waits for one
+//!    (`crewlet config import`, or `PUT /config` on the API) and `/ready`
+//!    answers 503 meanwhile.
+//! 3. Bind the embedded API (a port already taken fails here, naming it),
+//!    then boot the engine and serve.
+//! 4. A newly activated revision (through the API, or seen by polling the
+//!    store every few seconds) restarts the engine on it: running turns
+//!    finish first.
+//! 5. SIGINT/SIGTERM: `/ready` turns 503, the engine drains (running turns
+//!    finish within the drain timeout), the API stops, the queue node shuts
+//!    down.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crewlet_api::{AgentView, ApiBuilder, EngineView, ToolView};
+use crewlet_config::{Bootstrap, Company, LogFormat, Organization};
+use crewlet_store::ConfigRevision;
+use tokio::sync::Notify;
+use tracing::{error, info, warn};
+
+use crate::backends::Backends;
+use crate::company::{active_company, import_company, local_author, sibling_company_file};
+use crate::engine::{Engine, EngineBuilder, EngineOptions};
+use crate::error::EngineError;
+
+/// How often the store is asked whether another revision was activated.
+const REVISION_POLL: Duration = Duration::from_secs(5);
+
+/// The command line of `crewlet run`, as the engine needs it.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The bootstrap file (for finding a sibling `company.yaml`).
+    pub config_path: Option<PathBuf>,
+    /// A company file to import as the new active revision before booting.
+    pub import_company: Option<PathBuf>,
+    /// Serve the API on this port (over `api.port`).
+    pub api_port: Option<u16>,
+    /// Serve the API on this address (over `api.host`).
+    pub api_host: Option<String>,
+    /// DEBUG logs for crewlet's own targets.
+    pub debug: bool,
+}
+
+/// Crewlet's log targets, for `--debug`.
+const CREWLET_TARGETS: &[&str] = &[
+    "crewlet",
+    "crewlet_core",
+    "crewlet_config",
+    "crewlet_queue",
+    "crewlet_store",
+    "crewlet_llm",
+    "crewlet_turn",
+    "crewlet_integrations",
+    "crewlet_engine",
+    "crewlet_api",
+];
+
+/// The log filter: `RUST_LOG` when set, else `observability.log_filter` (or
+/// `info`), with DEBUG for crewlet's targets under `--debug`/`debug: true`.
+pub fn log_filter(bootstrap: &Bootstrap, debug: bool) -> String {
+    let mut filter = bootstrap
+        .observability
+        .log_filter
+        .clone()
+        .unwrap_or_else(|| "info".into());
+    if debug || bootstrap.debug {
+        for t in CREWLET_TARGETS {
+            filter.push_str(&format!(",{t}=debug"));
+        }
+    }
+    filter
+}
+
+/// Logs to stderr: JSON lines when stderr is not a terminal (or
+/// `log_format: json`), text on a terminal. Does nothing if a subscriber is
+/// already installed.
+pub fn init_logging(bootstrap: &Bootstrap, debug: bool) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => EnvFilter::new(v),
+        _ => EnvFilter::new(log_filter(bootstrap, debug)),
+    };
+    let json = match bootstrap.observability.log_format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Runs until SIGINT or SIGTERM.
+pub async fn run(bootstrap: Bootstrap, options: RunOptions) -> Result<(), EngineError> {
+    run_until(
+        bootstrap,
+        options,
+        crewlet_api::standalone::shutdown_signal(),
+    )
+    .await
+}
+
+/// The engine as the embedded API sees it: whichever engine currently runs
+/// (none while waiting for a company or between two revisions).
+#[derive(Default)]
+pub struct EngineSlot {
+    engine: RwLock<Option<Engine>>,
+    draining: AtomicBool,
+    activated: Notify,
+}
+
+impl EngineSlot {
+    fn get(&self) -> Option<Engine> {
+        self.engine
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, engine: Option<Engine>) {
+        *self.engine.write().unwrap_or_else(|p| p.into_inner()) = engine;
+    }
+}
+
+impl EngineView for EngineSlot {
+    fn agents(&self) -> Vec<AgentView> {
+        self.get().map(|e| e.agents()).unwrap_or_default()
+    }
+
+    fn agent(&self, id_or_handle: &str) -> Option<AgentView> {
+        self.get().and_then(|e| EngineView::agent(&e, id_or_handle))
+    }
+
+    fn tools(&self, handle: Option<&str>) -> Vec<ToolView> {
+        self.get().map(|e| e.tools(handle)).unwrap_or_default()
+    }
+
+    fn is_ready(&self) -> bool {
+        !self.draining.load(Ordering::Acquire) && self.get().is_some_and(|e| e.is_ready())
+    }
+
+    fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    fn organization(&self) -> Option<Arc<Organization>> {
+        self.get().map(|e| e.organization().clone())
+    }
+
+    fn revision_id(&self) -> Option<i64> {
+        self.get().and_then(|e| e.revision())
+    }
+
+    fn config_activated(&self, _revision_id: i64) {
+        self.activated.notify_one();
+    }
+}
+
+/// Why the serving loop woke up.
+enum Wake {
+    Shutdown,
+    Revision(Box<(Company, ConfigRevision)>),
+}
+
+/// Waits for a revision other than `current` to be active (told by the API
+/// or found by polling), or for `shutdown`.
+async fn next_revision(
+    backends: &Backends,
+    slot: &EngineSlot,
+    current: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Wake {
+    loop {
+        tokio::select! {
+            () = &mut *shutdown => return Wake::Shutdown,
+            () = slot.activated.notified() => {}
+            () = tokio::time::sleep(REVISION_POLL) => {}
+        }
+        match active_company(backends.stores.config.as_ref()).await {
+            Ok(Some((company, rev))) => {
+                if current != Some((rev.revision_id, rev.activated_at)) {
+                    return Wake::Revision(Box::new((company, rev)));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, "cannot read the active company revision; keeping the current one")
+            }
+        }
+    }
+}
+
+/// [`run`] with a caller-chosen shutdown trigger (tests, embedding).
+pub async fn run_until(
+    bootstrap: Bootstrap,
+    options: RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), EngineError> {
+    let backends = Backends::connect(&bootstrap).await?;
+    info!(
+        queue = backends.queue.backend(),
+        database = backends.stores.database.is_some(),
+        "backends connected"
+    );
+    if let Some(warning) = backends.durability_warning() {
+        warn!("{warning}");
+    }
+    let result = serve(&bootstrap, &options, &backends, shutdown).await;
+    let report = backends.queue.shutdown().await;
+    if report.abandoned > 0 {
+        warn!(
+            abandoned = report.abandoned,
+            "queue handlers abandoned at shutdown; their messages will be redelivered"
+        );
+    }
+    info!("crewlet run stopped");
+    result
+}
+
+async fn serve(
+    bootstrap: &Bootstrap,
+    options: &RunOptions,
+    backends: &Backends,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), EngineError> {
+    let configs = backends.stores.config.clone();
+    if let Some(path) = &options.import_company {
+        import_company(configs.as_ref(), path, &local_author(), None).await?;
+    } else if configs.active().await?.is_none()
+        && let Some(path) = sibling_company_file(options.config_path.as_deref())
+    {
+        info!(file = %path.display(), "no company revision is active; importing the company file beside the bootstrap file");
+        import_company(
+            configs.as_ref(),
+            &path,
+            &local_author(),
+            Some(&format!("imported at start from {}", path.display())),
+        )
+        .await?;
+    }
+
+    let slot = Arc::new(EngineSlot::default());
+    let port = options.api_port.unwrap_or(bootstrap.api.port);
+    let (api_stop, api_task) = if port > 0 {
+        let host = options
+            .api_host
+            .clone()
+            .unwrap_or_else(|| bootstrap.api.host.clone());
+        let listener = crewlet_api::bind(&host, port).await?;
+        let api = ApiBuilder::new(
+            bootstrap.api.clone(),
+            backends.queue.clone(),
+            &backends.stores,
+        )
+        .engine(slot.clone())
+        .build()
+        .await;
+        let stop = Arc::new(Notify::new());
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = api
+                .serve(listener, async move { stopped.notified().await })
+                .await
+            {
+                error!(error = %e, "embedded api stopped with an error");
+            }
+        });
+        (Some(stop), Some(task))
+    } else {
+        info!(
+            "no embedded api (api.port is 0); run `crewlet run api` beside this process to receive webhooks"
+        );
+        (None, None)
+    };
+
+    let engine_options = EngineOptions::default();
+    let mut shutdown = Box::pin(shutdown);
+    let mut current = active_company(configs.as_ref()).await?;
+    if current.is_none() {
+        warn!(
+            "no company revision is active yet: the engine waits for one (`crewlet run --import-company FILE`, `crewlet config import FILE`, or PUT /config); /ready answers 503 until then"
+        );
+    }
+    let mut result = Ok(());
+    loop {
+        let mut engine = None;
+        let mut running = None;
+        if let Some((company, rev)) = current.take() {
+            match EngineBuilder::new(company, backends)
+                .revision(Some(rev.revision_id))
+                .options(engine_options.clone())
+                .start()
+                .await
+            {
+                Ok(e) => {
+                    slot.set(Some(e.clone()));
+                    running = Some((rev.revision_id, rev.activated_at));
+                    engine = Some(e);
+                }
+                Err(e) => {
+                    error!(error = %e, revision_id = rev.revision_id, "the engine could not start on this revision");
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let wake = next_revision(backends, &slot, running, &mut shutdown).await;
+        if let Some(e) = engine {
+            if matches!(wake, Wake::Shutdown) {
+                slot.draining.store(true, Ordering::Release);
+            } else {
+                info!("a new company revision is active; restarting the engine on it");
+            }
+            e.shutdown().await;
+            slot.set(None);
+        }
+        match wake {
+            Wake::Shutdown => break,
+            Wake::Revision(next) => current = Some(*next),
+        }
+    }
+    slot.draining.store(true, Ordering::Release);
+    if let (Some(stop), Some(task)) = (api_stop, api_task) {
+        stop.notify_one();
+        if tokio::time::timeout(Duration::from_secs(15), task)
+            .await
+            .is_err()
+        {
+            warn!("the embedded api did not stop within 15 s");
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_raises_only_crewlet_targets() {
+        let mut b = Bootstrap::default();
+        assert_eq!(log_filter(&b, false), "info");
+        let f = log_filter(&b, true);
+        assert!(
+            f.starts_with("info,") && f.contains("crewlet_engine=debug") && !f.contains("pulsar")
+        );
+        b.observability.log_filter = Some("warn,crewlet_turn=trace".into());
+        b.debug = true;
+        assert!(log_filter(&b, false).starts_with("warn,crewlet_turn=trace,crewlet=debug"));
+    }
+}

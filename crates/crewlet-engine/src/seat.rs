@@ -1,0 +1,232 @@
+//! One agent seat at run time: its state (Created -> Idle -> Working ->
+//! Idle | Terminated), its current task, and the handler of its inbox.
+//!
+//! Each seat has exactly one member in its inbox group `agent-{handle}`, and
+//! a member hands messages to its handler one at a time: so a seat runs one
+//! turn at a time and later work waits in the durable inbox. A global
+//! semaphore (`turn_engine.max_concurrent_turns`) caps turns across seats.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use crewlet_api::{AgentState, CurrentTask};
+use crewlet_config::Seat;
+use crewlet_core::EventType;
+use crewlet_queue::{Delivery, EventHandler, HandlerError};
+use crewlet_turn::{SeatProfile, TurnEngine};
+use tokio::sync::{Notify, Semaphore};
+use tracing::{Instrument, debug, info_span, warn};
+use uuid::Uuid;
+
+use crate::recent::RecentIds;
+use crate::task::TaskRequest;
+
+/// Inbox event ids a seat remembers having handled.
+const REMEMBERED_TASKS: usize = 4096;
+
+/// Live state of one seat.
+pub(crate) struct SeatRuntime {
+    pub seat: Seat,
+    pub profile: SeatProfile,
+    status: Mutex<Status>,
+    handled: RecentIds<Uuid>,
+}
+
+struct Status {
+    state: AgentState,
+    current: Option<CurrentTask>,
+}
+
+impl SeatRuntime {
+    pub fn new(seat: Seat, profile: SeatProfile) -> Self {
+        Self {
+            seat,
+            profile,
+            status: Mutex::new(Status {
+                state: AgentState::Created,
+                current: None,
+            }),
+            handled: RecentIds::new(REMEMBERED_TASKS),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn state(&self) -> AgentState {
+        self.lock().state
+    }
+
+    pub fn current_task(&self) -> Option<CurrentTask> {
+        self.lock().current.clone()
+    }
+
+    pub fn set_state(&self, state: AgentState) {
+        let mut s = self.lock();
+        if s.state == AgentState::Terminated {
+            return;
+        }
+        s.state = state;
+        if state != AgentState::Working {
+            s.current = None;
+        }
+    }
+
+    fn start_work(&self, task: CurrentTask) {
+        let mut s = self.lock();
+        s.state = AgentState::Working;
+        s.current = Some(task);
+    }
+
+    /// Records the phase the running turn is in (from its events).
+    pub fn set_phase(&self, phase: &str) {
+        if let Some(current) = self.lock().current.as_mut() {
+            current.phase = Some(phase.to_owned());
+        }
+    }
+}
+
+/// What every seat's handler shares: the turn engine, the concurrency cap
+/// and the drain switch.
+pub(crate) struct TurnRuntime {
+    pub turns: Arc<TurnEngine>,
+    permits: Arc<Semaphore>,
+    draining: AtomicBool,
+    drain_started: Notify,
+    running: AtomicUsize,
+    turn_ended: Notify,
+}
+
+impl TurnRuntime {
+    pub fn new(turns: Arc<TurnEngine>, max_concurrent_turns: usize) -> Self {
+        Self {
+            turns,
+            permits: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
+            draining: AtomicBool::new(false),
+            drain_started: Notify::new(),
+            running: AtomicUsize::new(0),
+            turn_ended: Notify::new(),
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Stops starting turns: work not started yet goes back to the inboxes.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.drain_started.notify_waiters();
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Waits until no turn runs, or `timeout` passes; returns the turns
+    /// still running.
+    pub async fn wait_idle(&self, timeout: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let ended = self.turn_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let n = self.running();
+            if n == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return self.running();
+            }
+        }
+    }
+}
+
+/// The inbox handler of one seat.
+pub(crate) struct InboxHandler {
+    pub seat: Arc<SeatRuntime>,
+    pub runtime: Arc<TurnRuntime>,
+}
+
+fn stopping() -> HandlerError {
+    HandlerError::new("the engine is stopping; the task stays in the inbox")
+}
+
+#[async_trait]
+impl EventHandler for InboxHandler {
+    async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
+        let event = &delivery.event;
+        let handle = self.seat.seat.handle.as_str();
+        if self.runtime.is_draining() {
+            return Err(stopping());
+        }
+        if self.seat.handled.contains(&event.id) {
+            debug!(agent = handle, event_id = %event.id, "inbox message already handled; acknowledging the repeat");
+            return Ok(());
+        }
+        if event.event_type != EventType::TaskCreated {
+            debug!(agent = handle, event_type = %event.event_type, "inbox message is not a task; ignored");
+            return Ok(());
+        }
+        let request = match TaskRequest::from_event(event) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(agent = handle, event_id = %event.id, error = %e, "inbox task has an unreadable payload; dropped");
+                return Ok(());
+            }
+        };
+        let trigger = request.trigger(event);
+
+        // The global cap: wait for a slot, unless the engine starts stopping.
+        let permit = {
+            let drain = self.runtime.drain_started.notified();
+            tokio::pin!(drain);
+            drain.as_mut().enable();
+            if self.runtime.is_draining() {
+                return Err(stopping());
+            }
+            tokio::select! {
+                p = self.runtime.permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return Err(stopping()),
+                },
+                () = &mut drain => return Err(stopping()),
+            }
+        };
+        if self.runtime.is_draining() {
+            return Err(stopping());
+        }
+
+        self.runtime.running.fetch_add(1, Ordering::AcqRel);
+        self.seat.start_work(CurrentTask {
+            task_id: trigger.task_id.clone(),
+            summary: event.summary.clone(),
+            started_at: Utc::now(),
+            phase: None,
+            trace_id: event.trace_id.map(|t| t.to_string()),
+        });
+        let span = info_span!(
+            "turn",
+            agent_id = %self.seat.seat.agent_id,
+            agent = handle,
+            task_id = %trigger.task_id,
+            trace_id = %event.trace_id.map(|t| t.to_string()).unwrap_or_default(),
+        );
+        let outcome = self
+            .runtime
+            .turns
+            .run_turn(&self.seat.profile, &trigger)
+            .instrument(span)
+            .await;
+        drop(permit);
+        self.seat.handled.insert(event.id);
+        self.seat.set_state(AgentState::Idle);
+        self.runtime.running.fetch_sub(1, Ordering::AcqRel);
+        self.runtime.turn_ended.notify_waiters();
+        debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");
+        Ok(())
+    }
+}
