@@ -389,7 +389,7 @@ impl EngineBuilder {
         engine.shared.ready.store(true, Ordering::Release);
         info!(
             company = %company.name,
-            revision_id = ?engine.shared.revision_id,
+            revision_id = engine.shared.revision_id.map_or_else(|| "-".to_owned(), |r| r.to_string()),
             agent_seats = seats.len(),
             human_seats = org.seats().len() - seats.len(),
             tools = engine.shared.catalog.registry.len(),

@@ -36,7 +36,8 @@ mod tools;
 
 pub use backends::Backends;
 pub use company::{
-    SIBLING_COMPANY_FILE, active_company, company_of, import_company, sibling_company_file,
+    SIBLING_COMPANY_FILE, active_company, company_of, import_company, local_author,
+    sibling_company_file,
 };
 pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummary};
 pub use error::EngineError;

@@ -1,7 +1,10 @@
 //! One module per command. A command returns the process exit code, or an
 //! error that is printed and exits with 2.
 
+mod budgets;
+mod config;
 mod migrate;
+mod run;
 mod run_api;
 mod schema;
 mod validate;
@@ -27,8 +30,13 @@ pub enum Command {
     Schema(schema::Args),
     /// Apply the database migrations (`--check`: only report, exit 1 if pending).
     Migrate(migrate::Args),
-    /// Run the company; `run api` runs the standalone API process.
-    Run(run_api::RunArgs),
+    /// Run the company (the engine, with the embedded API when `api.port > 0`);
+    /// `run api` runs the standalone API process.
+    Run(run::RunArgs),
+    /// The company's stored revisions: import, export, show, revisions, diff.
+    Config(config::Args),
+    /// Token budgets: show the ledger, reset a budget.
+    Budgets(budgets::Args),
 }
 
 /// Exit code for a file that cannot be read (or another failure of the tool).
@@ -39,7 +47,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Migrate(args) => migrate::run(&args),
-        Command::Run(args) => run_api::dispatch(args),
+        Command::Run(args) => run::dispatch(args),
+        Command::Config(args) => config::run(args),
+        Command::Budgets(args) => budgets::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

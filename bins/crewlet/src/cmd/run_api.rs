@@ -6,16 +6,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use crewlet_api::standalone;
-
-/// `crewlet run`: the engine (to come), or `run api`.
-#[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct RunArgs {
-    #[command(subcommand)]
-    pub cmd: Option<RunCommand>,
-}
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RunCommand {
@@ -37,15 +29,6 @@ pub struct Args {
     /// DEBUG logs.
     #[arg(long)]
     pub debug: bool,
-}
-
-pub fn dispatch(args: RunArgs) -> Result<ExitCode> {
-    match args.cmd {
-        Some(RunCommand::Api(a)) => run(a),
-        None => bail!(
-            "`crewlet run` (the engine) is not available in this build yet; `crewlet run api` runs the standalone API"
-        ),
-    }
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {

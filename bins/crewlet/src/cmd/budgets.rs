@@ -1,0 +1,61 @@
+//! `crewlet budgets show|reset`: the token budget ledger in the database of
+//! the bootstrap config. The work is done by `crewlet_engine::admin`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use crewlet_config::Bootstrap;
+use crewlet_engine::admin;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub cmd: BudgetsCommand,
+    /// The Tier A bootstrap file (config.yaml) naming the database;
+    /// `CREWLET_*` variables override it.
+    #[arg(
+        long,
+        short = 'c',
+        global = true,
+        env = "CREWLET_CONFIG",
+        value_name = "CONFIG"
+    )]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BudgetsCommand {
+    /// Used and maximum tokens per budget (org, each agent), and lifetime usage.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a budget's usage back to 0: `org`, a seat handle, or `agent:{id}`.
+    Reset {
+        #[arg(required_unless_present = "all")]
+        scopes: Vec<String>,
+        /// Every budget.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let bootstrap = Bootstrap::load(args.config.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let stores = admin::open_stores(&bootstrap, "crewlet budgets").await?;
+        let text = match args.cmd {
+            BudgetsCommand::Show { json } => admin::budgets_show(&stores, json).await?,
+            BudgetsCommand::Reset { scopes, all } => {
+                admin::budgets_reset(&stores, &scopes, all).await?
+            }
+        };
+        print!("{text}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
