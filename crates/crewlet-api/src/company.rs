@@ -118,7 +118,6 @@ impl WebhookSecrets {
 }
 
 /// One loaded revision.
-#[derive(Debug)]
 pub(crate) struct Snapshot {
     pub revision_id: i64,
     pub activated_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -126,6 +125,16 @@ pub(crate) struct Snapshot {
     pub org: Arc<Organization>,
     pub secrets: WebhookSecrets,
     pub view: Arc<StaticEngineView>,
+}
+
+impl fmt::Debug for Snapshot {
+    // The company may hold literal secrets: never print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("revision_id", &self.revision_id)
+            .field("company", &self.company.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Snapshot {

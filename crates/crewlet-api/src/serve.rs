@@ -32,6 +32,7 @@ impl Api {
         let (router, _) = crate::routes::router().split_for_parts();
         let mut router = router
             .fallback(crate::routes::fallback)
+            .method_not_allowed_fallback(crate::routes::method_not_allowed)
             .with_state(self.state.clone());
         if let Some(cors) = crate::routes::cors(&self.state.inner().config.auth.allowed_origins) {
             router = router.layer(cors);

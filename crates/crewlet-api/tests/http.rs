@@ -571,3 +571,132 @@ async fn binding_a_taken_port_names_the_port_and_the_likely_holder() {
     assert!(err.contains("crewlet run"), "{err}");
     assert!(err.contains("crewlet run api"), "{err}");
 }
+
+/// A running engine as the API sees it.
+struct FakeEngine {
+    org: std::sync::Arc<crewlet_config::Organization>,
+    ready: std::sync::atomic::AtomicBool,
+    draining: std::sync::atomic::AtomicBool,
+    activated: std::sync::Mutex<Vec<i64>>,
+}
+
+impl crewlet_api::EngineView for FakeEngine {
+    fn agents(&self) -> Vec<crewlet_api::AgentView> {
+        self.org
+            .seats()
+            .iter()
+            .map(|s| {
+                let mut a = crewlet_api::AgentView::from_seat(s);
+                if s.handle == "eng" {
+                    a.state = Some(crewlet_api::AgentState::Working);
+                    a.current_task = Some(crewlet_api::CurrentTask {
+                        task_id: "task-1".into(),
+                        summary: "fix the crash".into(),
+                        started_at: Utc::now(),
+                        phase: Some("execute".into()),
+                        trace_id: None,
+                    });
+                } else {
+                    a.state = Some(crewlet_api::AgentState::Idle);
+                }
+                a
+            })
+            .collect()
+    }
+
+    fn tools(&self, handle: Option<&str>) -> Vec<crewlet_api::ToolView> {
+        vec![crewlet_api::ToolView {
+            name: format!(
+                "lookup_colleague{}",
+                handle.map(|h| format!("_{h}")).unwrap_or_default()
+            ),
+            description: "find a colleague".into(),
+            provider: "builtin".into(),
+            annotations: crewlet_api::ToolAnnotations {
+                read_only: true,
+                ..Default::default()
+            },
+            input_schema: serde_json::json!({"type": "object"}),
+        }]
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn organization(&self) -> Option<std::sync::Arc<crewlet_config::Organization>> {
+        Some(self.org.clone())
+    }
+
+    fn revision_id(&self) -> Option<i64> {
+        Some(1)
+    }
+
+    fn config_activated(&self, revision_id: i64) {
+        self.activated.lock().unwrap().push(revision_id);
+    }
+}
+
+#[tokio::test]
+async fn embedded_in_the_engine_reads_live_state_through_engine_view() {
+    use std::sync::atomic::Ordering;
+    let (_, org) = crewlet_config::check_company("test", COMPANY).unwrap();
+    let engine = std::sync::Arc::new(FakeEngine {
+        org: std::sync::Arc::new(org),
+        ready: false.into(),
+        draining: false.into(),
+        activated: Default::default(),
+    });
+    let h = Harness::with(Options {
+        engine: Some(engine.clone()),
+        ..Options::default()
+    })
+    .await;
+    let r = h.get("/ready").send().await.unwrap();
+    assert_eq!(r.status(), 503, "the engine is not ready yet");
+    assert_eq!(json_of(r).await["embedded"], true);
+    engine.ready.store(true, Ordering::SeqCst);
+    let ready = json_of(h.get("/ready").send().await.unwrap()).await;
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["engine_revision_id"], 1);
+
+    let agents = json_of(h.get("/agents").send().await.unwrap()).await;
+    assert_eq!(agents["live"], true);
+    let eng = json_of(h.get("/agents/eng").send().await.unwrap()).await;
+    assert_eq!(eng["state"], "working");
+    assert_eq!(eng["current_task"]["task_id"], "task-1");
+    let ceo = json_of(h.get("/agents/ceo").send().await.unwrap()).await;
+    assert_eq!(ceo["state"], "idle");
+    let tools = json_of(h.get("/tools?handle=eng").send().await.unwrap()).await;
+    assert_eq!(tools["live"], true);
+    assert_eq!(tools["tools"][0]["name"], "lookup_colleague_eng");
+    assert_eq!(tools["tools"][0]["annotations"]["read_only"], true);
+
+    let r = h
+        .authed(h.http.put(h.url("/config")))
+        .body(COMPANY.replace("Test Co", "Live Co"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(*engine.activated.lock().unwrap(), [2]);
+
+    engine.draining.store(true, Ordering::SeqCst);
+    let r = h.get("/ready").send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(json_of(r).await["draining"], true);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn wrong_method_is_a_json_405() {
+    let h = Harness::start().await;
+    let r = h.http.delete(h.url("/config")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(json_of(r).await["error"], "method_not_allowed");
+    h.stop().await;
+}

@@ -43,6 +43,8 @@ benches! {
     Store => store,
     /// Webhook ingest: signed GitHub deliveries/s and p50/p99 latency (memory broker; Pulsar + PostgreSQL).
     Api => api,
+    /// Turn engine: turns/s, CPU and RSS per turn (in-process model; fake OpenAI server over loopback).
+    Turn => turn,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

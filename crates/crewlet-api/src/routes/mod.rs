@@ -116,6 +116,14 @@ pub(crate) async fn fallback(uri: Uri) -> HttpError {
     )
 }
 
+pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> HttpError {
+    HttpError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("`{}` does not accept {method}", uri.path()),
+    )
+}
+
 /// CORS for `api.auth.allowed_origins`; `None` (same origin only) when empty.
 pub(crate) fn cors(origins: &[String]) -> Option<CorsLayer> {
     let list: Vec<HeaderValue> = origins

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use base64::Engine;
-use crewlet_api::{Api, ApiBuilder, ApiLimits, ApiState};
+use crewlet_api::{Api, ApiBuilder, ApiLimits, ApiState, EngineView};
 use crewlet_config::{ApiAuth, ApiConfig, ApiToken, check_company};
 use crewlet_core::Event;
 use crewlet_queue::{EventQueue, HandlerError, MemoryQueue, PublishListener, topics};
@@ -121,6 +121,7 @@ pub struct Options {
     pub tokens: bool,
     pub anonymous_read: bool,
     pub limits: ApiLimits,
+    pub engine: Option<Arc<dyn EngineView>>,
 }
 
 impl Default for Options {
@@ -130,6 +131,7 @@ impl Default for Options {
             tokens: true,
             anonymous_read: true,
             limits: ApiLimits::default(),
+            engine: None,
         }
     }
 }
@@ -202,15 +204,17 @@ impl Harness {
         if let Some(yaml) = options.company {
             import(&stores, yaml).await;
         }
-        let api: Api = ApiBuilder::new(
+        let mut builder = ApiBuilder::new(
             api_config(options.tokens, options.anonymous_read),
             Arc::new(queue.clone()),
             &stores,
         )
         .secret_env(|name| (name == "GH_SECRET").then(|| GITHUB_SECRET.to_owned()))
-        .limits(options.limits)
-        .build()
-        .await;
+        .limits(options.limits);
+        if let Some(engine) = options.engine {
+            builder = builder.engine(engine);
+        }
+        let api: Api = builder.build().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
