@@ -22,8 +22,8 @@ use crewlet_llm::{
 use crewlet_store::MemoryTokenLedger;
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
 use crewlet_turn::{
-    CompanyProfile, CountingEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext,
-    ToolError, ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
+    CompanyProfile, CountingEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext, ToolError,
+    ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
 };
 use serde_json::{Value, json};
 
@@ -188,7 +188,11 @@ async fn measure(
     for _ in 0..warmup {
         let o = engine.run_turn(&seat, &trigger).await;
         if o.decision != TurnDecision::Done {
-            return Err(format!("{label}: warm-up turn ended {:?}: {:?}", o.decision, o.failure).into());
+            return Err(format!(
+                "{label}: warm-up turn ended {:?}: {:?}",
+                o.decision, o.failure
+            )
+            .into());
         }
     }
     let events_before = sink.count();
@@ -199,7 +203,9 @@ async fn measure(
     for i in 1..=turns {
         let o = engine.run_turn(&seat, &trigger).await;
         if o.decision != TurnDecision::Done {
-            return Err(format!("{label}: turn {i} ended {:?}: {:?}", o.decision, o.failure).into());
+            return Err(
+                format!("{label}: turn {i} ended {:?}: {:?}", o.decision, o.failure).into(),
+            );
         }
         if i % step == 0 {
             rss_samples.push(rss_kib().unwrap_or(0));
@@ -264,7 +270,11 @@ fn args() -> BenchResult<Args> {
                     .parse()
                     .map_err(|e| format!("--turns: {e}"))?;
             }
-            other => return Err(format!("unknown argument `{other}` (expected --turns N or --quick)").into()),
+            other => {
+                return Err(
+                    format!("unknown argument `{other}` (expected --turns N or --quick)").into(),
+                );
+            }
         }
     }
     if out.turns == 0 {
