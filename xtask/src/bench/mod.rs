@@ -41,6 +41,8 @@ benches! {
     Validate => validate,
     /// Event store inserts/s (buffered, per publish, raw COPY) and token-breakdown latency.
     Store => store,
+    /// Queue publish->handler->ack events/s and publish latency (memory broker and Pulsar).
+    Queue => queue,
     /// Webhook ingest: signed GitHub deliveries/s and p50/p99 latency (memory broker; Pulsar + PostgreSQL).
     Api => api,
     /// Turn engine: turns/s, CPU and RSS per turn (in-process model; fake OpenAI server over loopback).
