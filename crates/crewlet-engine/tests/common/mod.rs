@@ -1,0 +1,288 @@
+//! Shared by the engine's end-to-end tests: the fake model's script for one
+//! happy turn, company files, signed webhooks, polling.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crewlet_integrations::webhook::{github, slack};
+use crewlet_test_support::fake_llm::{Reply, Script, When};
+use serde_json::{Value, json};
+
+/// Usage the fake model reports per call of the happy turn.
+pub const PLAN_USAGE: (u64, u64) = (100, 20);
+pub const CALL_USAGE: (u64, u64) = (200, 30);
+pub const AFTER_CALL_USAGE: (u64, u64) = (50, 10);
+pub const REVIEW_USAGE: (u64, u64) = (80, 15);
+/// Input and output tokens of one happy turn.
+pub const TURN_INPUT: u64 = PLAN_USAGE.0 + CALL_USAGE.0 + AFTER_CALL_USAGE.0 + REVIEW_USAGE.0;
+pub const TURN_OUTPUT: u64 = PLAN_USAGE.1 + CALL_USAGE.1 + AFTER_CALL_USAGE.1 + REVIEW_USAGE.1;
+
+/// The Slack signing secret of the `eng` seat in the test companies.
+pub const SLACK_SECRET: &str = "e2e-slack-signing-secret";
+/// The company's GitHub webhook secret in the test companies.
+pub const GITHUB_SECRET: &str = "e2e-github-webhook-secret";
+
+/// One turn: plan to call `chat__post_message`, call it, say so, review done.
+pub fn happy_turn(channel: &str) -> Script {
+    Script::new()
+        .on(
+            When::tool_offered("submit_plan"),
+            Reply::tool_call(
+                "submit_plan",
+                json!({
+                    "decision": "plan",
+                    "reasoning": "answer in the thread",
+                    "steps": [{"intent": "post the status", "tools": ["chat__post_message"]}],
+                    "tools_needed": ["chat__post_message"],
+                    "success_criteria": ["the status is posted"]
+                }),
+            )
+            .usage(PLAN_USAGE.0, PLAN_USAGE.1),
+        )
+        .on(
+            When::tool_offered("chat__post_message").and_after_tool_result(false),
+            Reply::tool_call(
+                "chat__post_message",
+                json!({"channel": channel, "text": "on it: status is green", "thread": "1700000000.000100"}),
+            )
+            .usage(CALL_USAGE.0, CALL_USAGE.1),
+        )
+        .on(
+            When::tool_offered("chat__post_message").and_after_tool_result(true),
+            Reply::text("Posted the status in the thread.").usage(AFTER_CALL_USAGE.0, AFTER_CALL_USAGE.1),
+        )
+        .on(
+            When::tool_offered("submit_review"),
+            Reply::tool_call(
+                "submit_review",
+                json!({"decision": "done", "notes": "posted", "completed_work": "posted the status",
+                       "final_artifact": "status posted in the thread"}),
+            )
+            .usage(REVIEW_USAGE.0, REVIEW_USAGE.1),
+        )
+}
+
+/// A turn that needs no tools: plan `direct`, answer.
+pub fn direct_turn(delay: Duration) -> Script {
+    Script::new()
+        .on(
+            When::tool_offered("submit_plan"),
+            Reply::tool_call(
+                "submit_plan",
+                json!({"decision": "direct", "reasoning": "simple", "steps": [{"intent": "answer"}]}),
+            )
+            .usage(10, 5)
+            .delay(delay),
+        )
+        .on(When::any(), Reply::text("done").usage(10, 5).delay(delay))
+}
+
+pub fn fake_mcp_bin() -> PathBuf {
+    crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("fake mcp server: {e}"))
+}
+
+/// A fresh directory for one test.
+pub fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "crewlet-engine-e2e-{}-{test}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// A company with a CEO and an Engineering unit whose lead `eng` runs the
+/// per-role MCP server `chat` (the fake server) as `eng-bot`.
+pub fn company_yaml(name: &str, llm_base_url: &str, mcp_log: &Path) -> String {
+    format!(
+        r#"name: "{name}"
+providers:
+  llm:
+    fake:
+      type: openai-compatible
+      model: fake-model
+      base_url: "{llm_base_url}"
+      timeout_seconds: 30
+integrations:
+  github:
+    webhook_secret: "{GITHUB_SECRET}"
+mcp_servers:
+  chat:
+    transport: stdio
+    scope: per_role
+    command: "{bin}"
+    env:
+      FAKE_MCP_LOG: "{log}"
+    startup_timeout_seconds: 30
+    request_timeout_seconds: 30
+roles:
+  - name: CEO
+    handle: ceo
+units:
+  - name: Engineering
+    lead: eng
+    integrations:
+      github_repositories: [acme/app]
+    roles:
+      - name: Engineer
+        handle: eng
+        mcp_servers: [chat]
+        mcp_env:
+          FAKE_MCP_IDENTITY: eng-bot
+        integrations:
+          slack:
+            signing_secret: "{SLACK_SECRET}"
+            bot_user_id: UENG
+"#,
+        bin = fake_mcp_bin().display(),
+        log = mcp_log.display(),
+    )
+}
+
+/// A Slack `app_mention` for the `eng` seat, signed now.
+pub fn slack_mention(event_id: &str, channel: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
+    let body = json!({
+        "type": "event_callback",
+        "event_id": event_id,
+        "team_id": "T1",
+        "api_app_id": "AENG",
+        "event": {
+            "type": "app_mention",
+            "user": "U42",
+            "text": "<@UENG> please post the build status in this thread",
+            "channel": channel,
+            "ts": "1700000000.000100"
+        }
+    })
+    .to_string()
+    .into_bytes();
+    let ts = chrono::Utc::now().timestamp().to_string();
+    let sig = slack::signature(SLACK_SECRET.as_bytes(), &ts, &body);
+    (
+        body,
+        vec![
+            ("content-type", "application/json".into()),
+            (slack::TIMESTAMP_HEADER, ts),
+            (slack::SIGNATURE_HEADER, sig),
+        ],
+    )
+}
+
+/// A GitHub `issues.opened` on `acme/app`, signed with `secret`.
+pub fn github_issue(delivery: &str, secret: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
+    let body = json!({
+        "action": "opened",
+        "issue": {"number": 7, "title": "Build is red", "body": "CI fails on main",
+                  "html_url": "https://github.com/acme/app/issues/7",
+                  "user": {"login": "octocat"}, "assignees": []},
+        "repository": {"full_name": "acme/app"},
+        "sender": {"login": "octocat"}
+    })
+    .to_string()
+    .into_bytes();
+    let sig = github::signature(secret.as_bytes(), &body);
+    (
+        body,
+        vec![
+            ("content-type", "application/json".into()),
+            (github::EVENT_HEADER, "issues".into()),
+            (github::DELIVERY_HEADER, delivery.into()),
+            (github::SIGNATURE_HEADER, sig),
+        ],
+    )
+}
+
+pub async fn post(
+    base: &str,
+    path: &str,
+    body: Vec<u8>,
+    headers: &[(&'static str, String)],
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let mut req = client.post(format!("{base}{path}")).body(body);
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    let status = resp.status().as_u16();
+    let json = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (status, json)
+}
+
+pub async fn get(base: &str, path: &str) -> (u16, Value) {
+    match reqwest::get(format!("{base}{path}")).await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for `GET /ready` to answer 200.
+pub async fn wait_ready(base: &str, timeout: Duration) {
+    wait_for("/ready 200", timeout, || async {
+        (get(base, "/ready").await.0 == 200).then_some(())
+    })
+    .await;
+}
+
+/// The events of a trace, once one of type `until` is among them.
+pub async fn trace_until(base: &str, trace_id: &str, until: &str, timeout: Duration) -> Vec<Value> {
+    wait_for(&format!("{until} in trace {trace_id}"), timeout, || async {
+        let (status, body) = get(base, &format!("/events/trace/{trace_id}")).await;
+        let events = body["events"].as_array().cloned().unwrap_or_default();
+        (status == 200 && events.iter().any(|e| e["type"] == until)).then_some(events)
+    })
+    .await
+}
+
+pub fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| e["type"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The JSONL lines the fake MCP server wrote.
+pub fn mcp_log(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
