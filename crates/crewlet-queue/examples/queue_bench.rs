@@ -284,7 +284,7 @@ async fn memory_rows(events: usize) -> Result<Vec<Row>, String> {
         "memory",
         "warm-up",
         &*publisher,
-        &[publisher.clone()],
+        std::slice::from_ref(&publisher),
         events / 10,
         64,
     )
@@ -294,7 +294,7 @@ async fn memory_rows(events: usize) -> Result<Vec<Row>, String> {
             "memory",
             "1 producer / 1 group",
             &*publisher,
-            &[publisher.clone()],
+            std::slice::from_ref(&publisher),
             events,
             64,
         )
@@ -342,7 +342,7 @@ async fn pulsar_rows(url: &str, events: usize) -> Result<Vec<Row>, String> {
                     "pulsar",
                     "1 producer / 1 group, sequential, prefetch 64",
                     &*publisher,
-                    &[consumer.clone()],
+                    std::slice::from_ref(&consumer),
                     sequential,
                     1,
                 )
@@ -350,7 +350,16 @@ async fn pulsar_rows(url: &str, events: usize) -> Result<Vec<Row>, String> {
             );
         }
         let one = format!("1 producer / 1 group, 1000 in flight, prefetch {prefetch}");
-        rows.push(run_pipelined(&one, &*publisher, &[consumer.clone()], events, 1000).await?);
+        rows.push(
+            run_pipelined(
+                &one,
+                &*publisher,
+                std::slice::from_ref(&consumer),
+                events,
+                1000,
+            )
+            .await?,
+        );
         let four = format!("1 producer / 4 members, 1000 in flight, prefetch {prefetch}");
         rows.push(run_pipelined(&four, &*publisher, &members, events, 1000).await?);
         if prefetch == 64 {

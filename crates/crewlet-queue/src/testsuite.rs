@@ -521,6 +521,23 @@ async fn stream_ok(q: &dyn EventQueue, pattern: &str) -> EventStream {
     }
 }
 
+/// A stream ends (yields `None`) when its node shuts down.
+pub async fn streams_end_on_shutdown(f: &dyn QueueFactory) {
+    let q = f.node(fast_delivery()).await;
+    let topic = unique_topic("stream-end");
+    publish_ok(&*q, &topic, &test_event("creates the topic")).await;
+    let mut stream = stream_ok(&*q, &topic).await;
+    q.shutdown().await;
+    let deadline = tokio::time::Instant::now() + f.patience();
+    loop {
+        match tokio::time::timeout_at(deadline, stream.recv()).await {
+            Ok(None) => break,
+            Ok(Some(_)) => {}
+            Err(_) => panic!("the stream did not end after shutdown"),
+        }
+    }
+}
+
 /// Pausing a group on a node holds its messages; resuming delivers them.
 pub async fn pause_holds_messages_until_resume(f: &dyn QueueFactory) {
     let q = f.node(fast_delivery()).await;
@@ -706,6 +723,7 @@ pub async fn run_all(f: &dyn QueueFactory) {
     failed_message_is_redelivered_until_success(f).await;
     exhausted_message_is_dead_lettered_with_attempts_intact(f).await;
     streams_match_wildcards(f).await;
+    streams_end_on_shutdown(f).await;
     pause_holds_messages_until_resume(f).await;
     shutdown_drains_in_flight_handlers(f).await;
     listeners_run_and_never_fail_publish(f).await;
@@ -725,6 +743,7 @@ macro_rules! conformance_tests {
             failed_message_is_redelivered_until_success,
             exhausted_message_is_dead_lettered_with_attempts_intact,
             streams_match_wildcards,
+            streams_end_on_shutdown,
             pause_holds_messages_until_resume,
             shutdown_drains_in_flight_handlers,
             listeners_run_and_never_fail_publish,
