@@ -49,7 +49,7 @@ pub use tool::{
     Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput, slim_tool_spec, tool_spec,
 };
 pub use tool_loop::{
-    LoopEnd, LoopEnv, LoopOutcome, LoopRequest, LoopStats, ProgressObserver, Terminator,
-    ToolExecution, ToolSelection, run_tool_loop,
+    LoopEnd, LoopEnv, LoopOutcome, LoopRequest, LoopStats, MAX_CALLS_PER_ROUND, ProgressObserver,
+    Terminator, ToolExecution, ToolSelection, run_tool_loop,
 };
 pub use usage::{AgentTokenUsage, TokenUsage, UsageSummary, UsageTracker};
