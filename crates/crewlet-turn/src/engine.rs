@@ -55,7 +55,7 @@ impl Default for TurnSettings {
             review_round_cap: 8,
             rescue_rounds: 2,
             max_delegation_depth: 3,
-            turn_timeout: Duration::from_secs(600),
+            turn_timeout: Duration::from_secs(900),
             stream: false,
             source: "turn".to_owned(),
         }
