@@ -13,7 +13,7 @@ use crewlet_api::AgentState;
 use crewlet_config::Company;
 use crewlet_core::{Event, EventType};
 use crewlet_engine::{Backends, Engine, EngineBuilder, EngineOptions};
-use crewlet_queue::{EventQueue, MemoryBroker, topics};
+use crewlet_queue::{MemoryBroker, topics};
 use crewlet_store::{EventQuery, Stores};
 use crewlet_test_support::fake_llm::FakeLlmServer;
 
@@ -206,14 +206,15 @@ async fn one_turn_per_seat_and_a_global_cap() {
         (tally.lock().map(|t| t.completed).unwrap_or(0) >= 6).then_some(())
     })
     .await;
-    let t = tally.lock().unwrap_or_else(|p| p.into_inner());
-    assert_eq!(t.max_per_seat, 1, "a seat ran two turns at once");
+    let (max_per_seat, max_total) = {
+        let t = tally.lock().unwrap_or_else(|p| p.into_inner());
+        (t.max_per_seat, t.max_total)
+    };
+    assert_eq!(max_per_seat, 1, "a seat ran two turns at once");
     assert!(
-        t.max_total <= 2,
-        "the global cap of 2 was exceeded: {}",
-        t.max_total
+        max_total <= 2,
+        "the global cap of 2 was exceeded: {max_total}"
     );
-    drop(t);
     assert_eq!(engine.agent_state("a"), Some(AgentState::Idle));
     let summary = engine.usage_summary();
     assert_eq!(summary.agents.len(), 3);
