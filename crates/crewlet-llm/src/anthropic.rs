@@ -535,6 +535,91 @@ mod tests {
     }
 
     #[test]
+    fn stream_events_assemble_and_errors_are_classified() -> Result<(), LlmError> {
+        let mut a = Box::new(Assembler {
+            provider: "p".into(),
+            completion: Completion::default(),
+            raw_usage: Map::new(),
+            block_to_call: Vec::new(),
+        });
+        let frames = [
+            (
+                "message_start",
+                r#"{"message":{"model":"claude-x","usage":{"input_tokens":5,"cache_read_input_tokens":20,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"index":1,"content_block":{"type":"tool_use","id":"tu1","name":"look","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"q\":"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"3}"}}"#,
+            ),
+            (
+                "message_delta",
+                r#"{"delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+            ),
+        ];
+        let mut out = Vec::new();
+        for (event, data) in frames {
+            let done = a.frame(
+                &SseFrame {
+                    event: Some(event.into()),
+                    data: data.into(),
+                },
+                &mut out,
+            )?;
+            assert!(!done);
+        }
+        let stop = SseFrame {
+            event: Some("message_stop".into()),
+            data: "{}".into(),
+        };
+        assert!(a.frame(&stop, &mut out)?);
+        let c = a.finish()?;
+        assert_eq!((c.content.as_str(), c.model.as_str()), ("Hi", "claude-x"));
+        assert_eq!(c.tool_calls[0].arguments, "{\"q\":3}");
+        assert_eq!(
+            c.usage,
+            Usage {
+                input_tokens: 25,
+                output_tokens: 9,
+                cache_read_tokens: 20
+            }
+        );
+
+        let mut b = Box::new(Assembler {
+            provider: "p".into(),
+            completion: Completion::default(),
+            raw_usage: Map::new(),
+            block_to_call: Vec::new(),
+        });
+        let err = b
+            .frame(
+                &SseFrame {
+                    event: Some("error".into()),
+                    data: r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into(),
+                },
+                &mut out,
+            )
+            .err();
+        assert_eq!(err.map(|e| e.class()), Some(ErrorClass::Server));
+        Ok(())
+    }
+
+    #[test]
     fn usage_counts_the_whole_prompt() {
         let u = usage(&json!({"input_tokens": 10, "output_tokens": 5,
             "cache_read_input_tokens": 80, "cache_creation_input_tokens": 7}));

@@ -129,3 +129,30 @@ impl ProviderConfig {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_keys() {
+        let cfg = ProviderConfig::new("main", ProviderKind::OpenAi, "m")
+            .with_keys(["sk-live-secret-0123456789abcd", "short"]);
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(!shown.contains("short"), "{shown}");
+        assert!(shown.contains("...abcd"), "{shown}");
+    }
+
+    #[test]
+    fn kinds_parse_from_their_yaml_names() {
+        for kind in [
+            ProviderKind::OpenAi,
+            ProviderKind::Anthropic,
+            ProviderKind::OpenAiCompatible,
+        ] {
+            assert_eq!(kind.as_str().parse::<ProviderKind>(), Ok(kind));
+        }
+        assert!("azure".parse::<ProviderKind>().is_err());
+    }
+}
