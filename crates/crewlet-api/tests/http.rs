@@ -700,3 +700,85 @@ async fn wrong_method_is_a_json_405() {
     assert_eq!(json_of(r).await["error"], "method_not_allowed");
     h.stop().await;
 }
+
+/// Revisions whose writes always lose a race with another writer.
+struct RacingRevisions(crewlet_store::MemoryConfigRevisions);
+
+#[async_trait::async_trait]
+impl crewlet_store::ConfigRevisions for RacingRevisions {
+    async fn create(
+        &self,
+        _new: crewlet_store::NewRevision,
+    ) -> Result<crewlet_store::ConfigRevision, crewlet_store::StoreError> {
+        Err(crewlet_store::StoreError::Conflict {
+            what: "company config revision".into(),
+            reason: "the parent revision is 1 but the active revision is 2; reload and retry"
+                .into(),
+        })
+    }
+    async fn active(
+        &self,
+    ) -> Result<Option<crewlet_store::ConfigRevision>, crewlet_store::StoreError> {
+        self.0.active().await
+    }
+    async fn get(
+        &self,
+        id: i64,
+    ) -> Result<Option<crewlet_store::ConfigRevision>, crewlet_store::StoreError> {
+        self.0.get(id).await
+    }
+    async fn list(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<crewlet_store::ConfigRevision>, crewlet_store::StoreError> {
+        self.0.list(limit).await
+    }
+    async fn activate(
+        &self,
+        id: i64,
+    ) -> Result<crewlet_store::ConfigRevision, crewlet_store::StoreError> {
+        self.0.activate(id).await
+    }
+    async fn revert(
+        &self,
+        id: i64,
+        by: &str,
+        summary: &str,
+    ) -> Result<crewlet_store::ConfigRevision, crewlet_store::StoreError> {
+        self.0.revert(id, by, summary).await
+    }
+}
+
+#[tokio::test]
+async fn a_write_that_loses_a_race_in_the_store_is_409() {
+    let stores = crewlet_store::Stores::memory();
+    let mut api_stores = crewlet_api::ApiStores::from(&stores);
+    api_stores.config =
+        std::sync::Arc::new(RacingRevisions(crewlet_store::MemoryConfigRevisions::new()));
+    let queue = std::sync::Arc::new(crewlet_queue::MemoryQueue::standalone());
+    let api = crewlet_api::ApiBuilder::new(api_config(true, true), queue, api_stores)
+        .build()
+        .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = api.serve(listener, std::future::pending()).await;
+    });
+    let r = reqwest::Client::new()
+        .put(format!("{base}/config"))
+        .bearer_auth(TOKEN)
+        .body(COMPANY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let body = json_of(r).await;
+    assert_eq!(body["error"], "conflict");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("reload and retry")
+    );
+    server.abort();
+}
