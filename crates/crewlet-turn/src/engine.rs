@@ -153,7 +153,10 @@ pub struct PhaseRecord {
     pub iteration: u32,
     /// The provider entry that finished the phase (or failed last).
     pub provider: String,
+    /// The model that answered last (the provider's configured model if none did).
     pub model: String,
+    /// Every model that answered in this phase, first use first.
+    pub models: Vec<String>,
     pub usage: Usage,
     pub calls: u32,
     pub duration: Duration,
@@ -363,9 +366,9 @@ impl TurnEngine {
         let usage = *lock(&t.usage);
         let state = std::mem::take(&mut *lock(&t.state));
         let mut models: Vec<String> = Vec::new();
-        for p in &state.phases {
-            if !p.model.is_empty() && !models.contains(&p.model) {
-                models.push(p.model.clone());
+        for m in state.phases.iter().flat_map(|p| p.models.iter()) {
+            if !models.contains(m) {
+                models.push(m.clone());
             }
         }
         let (decision, failure) = match result {
@@ -753,6 +756,7 @@ impl TurnEngine {
             iteration,
             provider: provider.name().to_owned(),
             model,
+            models: stats.models.clone(),
             usage: stats.usage,
             calls: stats.calls,
             duration,

@@ -796,6 +796,8 @@ async fn server_errors_on_the_whole_chain_are_llm_unavailable() -> TestResult {
     assert_eq!(unavailable[0].payload["phase"], "plan");
     let failed = h.sink.of_type(&EventType::TaskFailed);
     assert_eq!(failed[0].payload["reason"], "llm_unavailable");
+    // no model answered
+    assert!(o.models.is_empty(), "{:?}", o.models);
     assert!(h.sink.of_type(&EventType::TurnGuardBreach).is_empty());
     let wires: Vec<Wire> = h.server.requests().iter().map(|r| r.wire).collect();
     assert_eq!(wires, [Wire::OpenAi, Wire::Anthropic]);
