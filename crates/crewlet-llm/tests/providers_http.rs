@@ -385,3 +385,34 @@ async fn openai_embedder_over_http() -> TestResult {
     assert_eq!(server.requests()[1].body["dimensions"], 8);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stream_that_stalls_mid_way_times_out() -> TestResult {
+    let server = FakeLlmServer::start(
+        Script::new().on(
+            When::any(),
+            Reply::text("a long answer that stalls")
+                .usage(1, 1)
+                .stream_gap(Duration::from_secs(5)),
+        ),
+    )
+    .await?;
+    for wire in [Wire::OpenAi, Wire::Anthropic] {
+        let (kind, base) = match wire {
+            Wire::Anthropic => (ProviderKind::Anthropic, server.anthropic_base_url()),
+            _ => (ProviderKind::OpenAi, server.openai_base_url()),
+        };
+        let cfg = ProviderConfig::new("stall", kind, "m")
+            .with_base_url(base)
+            .with_timeout(Duration::from_millis(300));
+        let p = build_provider(&cfg, &http_client()?)?;
+        // the head arrives in time; the gap between events does not
+        let stream = p.stream(&request()).await?;
+        let err = collect(stream).await.err();
+        assert!(
+            matches!(err, Some(LlmError::Timeout { .. })),
+            "{wire:?}: {err:?}"
+        );
+    }
+    Ok(())
+}

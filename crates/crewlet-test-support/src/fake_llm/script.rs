@@ -211,6 +211,9 @@ pub struct Reply {
     pub usage: FakeUsage,
     /// Wait this long before answering (slow model, timeouts).
     pub delay: Duration,
+    /// For a streamed answer: wait this long between two events (a stream
+    /// that stalls mid-way).
+    pub stream_gap: Duration,
     /// Answer with this model name instead of the requested one.
     pub model: Option<String>,
     /// Use the rule at most this many times (then it is skipped).
@@ -223,6 +226,7 @@ impl Reply {
             answer,
             usage: FakeUsage::default(),
             delay: Duration::ZERO,
+            stream_gap: Duration::ZERO,
             model: None,
             times: None,
         }
@@ -276,6 +280,11 @@ impl Reply {
 
     pub fn cache_read(mut self, tokens: u64) -> Self {
         self.usage.cache_read = tokens;
+        self
+    }
+
+    pub fn stream_gap(mut self, gap: Duration) -> Self {
+        self.stream_gap = gap;
         self
     }
 

@@ -185,14 +185,10 @@ pub(super) async fn respond(
             }))
             .into_response()
         }
-        (Wire::Anthropic, true) => sse(anthropic_events(
-            &model,
-            &text,
-            &calls,
-            u.input,
-            u.output,
-            u.cache_read,
-        )),
+        (Wire::Anthropic, true) => sse(
+            reply.stream_gap,
+            anthropic_events(&model, &text, &calls, u.input, u.output, u.cache_read),
+        ),
         (_, false) => {
             let tool_calls: Vec<Value> = calls
                 .iter()
@@ -219,14 +215,10 @@ pub(super) async fn respond(
             }))
             .into_response()
         }
-        (_, true) => sse(openai_events(
-            &model,
-            &text,
-            &calls,
-            u.input,
-            u.output,
-            u.cache_read,
-        )),
+        (_, true) => sse(
+            reply.stream_gap,
+            openai_events(&model, &text, &calls, u.input, u.output, u.cache_read),
+        ),
     }
 }
 
@@ -368,11 +360,19 @@ fn anthropic_events(
     out
 }
 
-fn sse(events: Vec<String>) -> Response {
-    let stream = futures::stream::iter(
-        events
-            .into_iter()
-            .map(|e| Ok::<_, std::convert::Infallible>(bytes::Bytes::from(e))),
+fn sse(gap: std::time::Duration, events: Vec<String>) -> Response {
+    let stream = futures::stream::unfold(
+        (events.into_iter(), true),
+        move |(mut it, first)| async move {
+            let event = it.next()?;
+            if !first && !gap.is_zero() {
+                tokio::time::sleep(gap).await;
+            }
+            Some((
+                Ok::<_, std::convert::Infallible>(bytes::Bytes::from(event)),
+                (it, false),
+            ))
+        },
     );
     let mut resp = Response::new(Body::from_stream(stream));
     resp.headers_mut().insert(
