@@ -416,3 +416,22 @@ async fn a_stream_that_stalls_mid_way_times_out() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn concurrent_calls_spread_over_the_keys_in_flight() -> TestResult {
+    let server = FakeLlmServer::start(Script::new().on(
+        When::any(),
+        Reply::text("ok").delay(Duration::from_millis(200)),
+    ))
+    .await?;
+    let p = openai(&server, &["key-a", "key-b", "key-c"])?;
+    let req = request();
+    let (a, b, c) = tokio::join!(p.complete(&req), p.complete(&req), p.complete(&req));
+    for r in [a, b, c] {
+        assert_eq!(r?.content, "ok");
+    }
+    let mut keys: Vec<String> = server.keys_used().into_iter().flatten().collect();
+    keys.sort();
+    assert_eq!(keys, ["key-a", "key-b", "key-c"]);
+    Ok(())
+}
