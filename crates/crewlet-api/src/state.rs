@@ -1,9 +1,8 @@
 //! [`ApiBuilder`] -> [`Api`]: the shared state every handler reads, the
 //! router, and the background work (company reload, dedupe GC).
 
-use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crewlet_config::{ApiConfig, process_env};
@@ -70,8 +69,6 @@ pub(crate) struct Inner {
     pub company: ActiveCompany,
     pub limits: ApiLimits,
     pub draining: AtomicBool,
-    /// Deliveries claimed whose publish then failed: their retry is let through.
-    pub unpublished: Mutex<HashSet<(String, String)>>,
 }
 
 /// What every handler shares. Cheap to clone.
@@ -195,7 +192,6 @@ impl ApiBuilder {
             company,
             limits: self.limits,
             draining: AtomicBool::new(false),
-            unpublished: Mutex::new(HashSet::new()),
         }));
         state.reload_company().await;
         crate::Api::new(state)

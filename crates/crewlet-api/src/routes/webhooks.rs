@@ -238,12 +238,11 @@ async fn handle(
         .publish_shared(topics::NOTIFICATIONS_INBOUND, Arc::new(event))
         .await
     {
-        // Let the sender's retry through: the claim stands, but the delivery was not published.
-        inner
-            .unpublished
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key);
+        // Give the claim back so the sender's retry is accepted, by this
+        // process or any other API process on the same database.
+        if let Err(release) = inner.stores.webhooks.release(&key.0, &key.1).await {
+            warn!(source = %source, error = %release, "cannot release the webhook claim; its retry will look like a duplicate for 5 minutes");
+        }
         warn!(source = %source, error = %e, "cannot publish webhook");
         return Err(HttpError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -269,11 +268,7 @@ async fn claim(state: &ApiState, key: &(String, String)) -> bool {
     let inner = state.inner();
     match inner.stores.webhooks.claim(&key.0, &key.1).await {
         Ok(true) => true,
-        Ok(false) => inner
-            .unpublished
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key),
+        Ok(false) => false,
         Err(e) => {
             warn!(source = %key.0, error = %e, "webhook dedupe unavailable; accepting the delivery");
             true

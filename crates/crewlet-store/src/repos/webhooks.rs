@@ -26,6 +26,10 @@ pub trait WebhookDeliveries: Send + Sync {
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
+    /// Gives a claim back, so the sender's retry is accepted: used when a
+    /// claimed delivery could not be published. Releasing an unknown key is a no-op.
+    async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError>;
+
     /// Deletes claims older than [`DELIVERY_RETENTION`] before `at`; returns how many.
     async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError>;
 
@@ -68,6 +72,12 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
                 Ok(true)
             }
         }
+    }
+
+    async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.remove(&(source.to_owned(), delivery_key.to_owned()));
+        Ok(())
     }
 
     async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -115,6 +125,20 @@ impl WebhookDeliveries for PostgresWebhookDeliveries {
                 "claiming webhook delivery `{source}`/`{delivery_key}`"
             )))?;
         Ok(row.is_some())
+    }
+
+    async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError> {
+        let client = self.db.client().await?;
+        client
+            .execute(
+                "DELETE FROM webhook_deliveries WHERE source = $1 AND delivery_key = $2",
+                &[&source, &delivery_key],
+            )
+            .await
+            .map_err(query_err(format!(
+                "releasing webhook delivery `{source}`/`{delivery_key}`"
+            )))?;
+        Ok(())
     }
 
     async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -29,6 +29,23 @@ pub async fn first_claim_wins_and_a_repeat_within_five_minutes_is_a_duplicate(
     assert!(!ok(repo.claim("github", "d-2").await, "claim now"));
 }
 
+pub async fn a_released_claim_lets_the_retry_through(repo: Arc<dyn WebhookDeliveries>) {
+    let t = Utc::now();
+    assert!(ok(repo.claim_at("github", "r-1", t).await, "claim"));
+    assert!(ok(repo.claim_at("github", "r-2", t).await, "claim"));
+    ok(repo.release("github", "r-1").await, "release");
+    // Only the released key is claimable again; releasing twice is harmless.
+    assert!(ok(
+        repo.claim_at("github", "r-1", t).await,
+        "claim after release"
+    ));
+    assert!(!ok(repo.claim_at("github", "r-2", t).await, "claim"));
+    ok(
+        repo.release("github", "never-claimed").await,
+        "release unknown",
+    );
+}
+
 pub async fn a_repeat_after_the_window_is_claimable_again(repo: Arc<dyn WebhookDeliveries>) {
     let t = Utc::now();
     assert!(ok(repo.claim_at("slack", "e-1", t).await, "claim"));
