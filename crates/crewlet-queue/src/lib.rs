@@ -29,5 +29,5 @@ pub use pattern::TopicPattern;
 pub use pulsar::{PulsarOptions, PulsarQueue};
 pub use queue::{
     DeadLetter, Delivery, DeliveryOptions, EventHandler, EventQueue, EventStream, FnHandler,
-    PublishListener, ShutdownReport, StreamEvent, Subscription, handler_fn,
+    PublishListener, ShutdownReport, StreamEvent, SubscribeOptions, Subscription, handler_fn,
 };

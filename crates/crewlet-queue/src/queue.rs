@@ -45,6 +45,22 @@ impl Default for DeliveryOptions {
     }
 }
 
+/// Options of one subscription member.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubscribeOptions {
+    /// Overrides [`DeliveryOptions::prefetch`] for this member. Keep it small
+    /// where handlers are slow (a seat inbox: a member must not hoard messages
+    /// it cannot start); raise it where handlers are quick and traffic high.
+    pub prefetch: Option<usize>,
+}
+
+impl SubscribeOptions {
+    pub fn with_prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = Some(prefetch);
+        self
+    }
+}
+
 /// Where a dead letter came from. Carried with a message on a `dlq-…` topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
@@ -146,6 +162,19 @@ pub trait EventQueue: Send + Sync + 'static {
         topic: &str,
         group: &str,
         handler: Arc<dyn EventHandler>,
+    ) -> Result<Subscription, QueueError> {
+        self.subscribe_with(topic, group, handler, SubscribeOptions::default())
+            .await
+    }
+
+    /// [`EventQueue::subscribe`] with per-member options (e.g. a larger
+    /// prefetch for quick handlers on busy event topics).
+    async fn subscribe_with(
+        &self,
+        topic: &str,
+        group: &str,
+        handler: Arc<dyn EventHandler>,
+        options: SubscribeOptions,
     ) -> Result<Subscription, QueueError>;
 
     /// A non-durable live view of every topic matching `pattern` (`*` one

@@ -339,6 +339,77 @@ pub async fn backlog_is_kept_while_detached_and_replayed(f: &dyn QueueFactory) {
     }
 }
 
+/// A member blocked in a long handler holds at most about its prefetch:
+/// the rest of the group's messages go to the other members.
+pub async fn small_prefetch_keeps_work_flowing_to_other_members(f: &dyn QueueFactory) {
+    let (a, b) = (f.node(fast_delivery()).await, f.node(fast_delivery()).await);
+    let topic = unique_topic("prefetch");
+    let release = Arc::new(Notify::new());
+    let held = Recorder::new();
+    let blocked = {
+        let (release, held) = (release.clone(), held.clone());
+        handler_fn(move |d| {
+            let (release, held) = (release.clone(), held.clone());
+            async move {
+                held.record(d);
+                release.notified().await;
+                Ok(())
+            }
+        })
+    };
+    let one = crate::SubscribeOptions::default().with_prefetch(1);
+    let _sa = match a.subscribe_with(&topic, "g", blocked, one.clone()).await {
+        Ok(s) => s,
+        Err(e) => panic!("subscribe: {e}"),
+    };
+    let mut published = Vec::new();
+    let first = test_event("blocks member a");
+    published.push(first.id);
+    publish_ok(&*a, &topic, &first).await;
+    held.wait_for(1, f.patience(), "member a took the first message")
+        .await;
+
+    let rb = Recorder::new();
+    let _sb = match b.subscribe_with(&topic, "g", rb.handler(), one).await {
+        Ok(s) => s,
+        Err(e) => panic!("subscribe: {e}"),
+    };
+    for i in 0..10 {
+        let e = test_event(format!("flows {i}"));
+        published.push(e.id);
+        publish_ok(&*a, &topic, &e).await;
+    }
+    // Member a may have a couple of messages queued behind its blocked one
+    // (client-side buffering); everything else must reach b meanwhile.
+    rb.wait_for(7, f.patience(), "member b keeps getting work")
+        .await;
+    // Unblock member a for good.
+    let releaser = {
+        let release = release.clone();
+        tokio::spawn(async move {
+            loop {
+                release.notify_waiters();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + f.patience();
+    while held.len() + rb.len() < published.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "released messages were not all handled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(f.grace()).await;
+    let mut all = ids(&held.seen());
+    all.extend(ids(&rb.seen()));
+    assert_exactly_once(&all, &published, "prefetch");
+    a.shutdown().await;
+    b.shutdown().await;
+    releaser.abort();
+}
+
 /// A group's first subscribe starts at the oldest message the topic retains
 /// (Pulsar: `Earliest`), so mail published before the seat first came up is not lost.
 pub async fn new_group_starts_at_earliest(f: &dyn QueueFactory) {
@@ -718,6 +789,7 @@ pub async fn invalid_names_are_refused(f: &dyn QueueFactory) {
 pub async fn run_all(f: &dyn QueueFactory) {
     publish_is_delivered_once_and_acked(f).await;
     competing_members_split_the_load(f).await;
+    small_prefetch_keeps_work_flowing_to_other_members(f).await;
     backlog_is_kept_while_detached_and_replayed(f).await;
     new_group_starts_at_earliest(f).await;
     failed_message_is_redelivered_until_success(f).await;
@@ -738,6 +810,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $factory;
             publish_is_delivered_once_and_acked,
             competing_members_split_the_load,
+            small_prefetch_keeps_work_flowing_to_other_members,
             backlog_is_kept_while_detached_and_replayed,
             new_group_starts_at_earliest,
             failed_message_is_redelivered_until_success,

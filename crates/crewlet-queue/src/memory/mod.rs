@@ -20,7 +20,7 @@ use crate::pattern::TopicPattern;
 use crate::topics::{self, DEAD_LETTER_GROUP};
 use crate::{
     DeadLetter, Delivery, DeliveryOptions, EventHandler, EventQueue, EventStream, PublishListener,
-    QueueError, ShutdownReport, StreamEvent, Subscription,
+    QueueError, ShutdownReport, StreamEvent, SubscribeOptions, Subscription,
 };
 
 /// Broker-wide settings.
@@ -418,11 +418,12 @@ impl EventQueue for MemoryQueue {
         self.node.add_listener(listener);
     }
 
-    async fn subscribe(
+    async fn subscribe_with(
         &self,
         topic: &str,
         group: &str,
         handler: Arc<dyn EventHandler>,
+        options: SubscribeOptions,
     ) -> Result<Subscription, QueueError> {
         if self.node.is_shut_down() {
             return Err(QueueError::ShutDown {
@@ -441,6 +442,10 @@ impl EventQueue for MemoryQueue {
             handler,
             stop: stop.clone(),
             paused: self.node.pause_switch(topic, group),
+            prefetch: options
+                .prefetch
+                .unwrap_or(self.node.delivery.prefetch)
+                .max(1),
         };
         let task = tokio::spawn(async move {
             let _guard = guard;
@@ -560,11 +565,12 @@ struct Member {
     handler: Arc<dyn EventHandler>,
     stop: Arc<Signal>,
     paused: tokio::sync::watch::Receiver<bool>,
+    prefetch: usize,
 }
 
 impl Member {
     async fn run(mut self) {
-        let prefetch = self.node.delivery.prefetch.max(1);
+        let prefetch = self.prefetch;
         let mut batch = Prefetched {
             group: self.group.clone(),
             mails: VecDeque::with_capacity(prefetch),

@@ -33,15 +33,22 @@ pub(crate) async fn attach(
     inner: &Inner,
     topic: &str,
     group: &str,
+    prefetch: usize,
 ) -> Result<Consumers, QueueError> {
     let failed = |source| QueueError::Subscribe {
         topic: topic.to_owned(),
         group: group.to_owned(),
         source,
     };
-    let main = inner.consumer(topic, group).await.map_err(failed)?;
+    let main = inner
+        .consumer(topic, group, prefetch)
+        .await
+        .map_err(failed)?;
     let retry_topic = topics::retry(topic, group);
-    let retry = inner.consumer(&retry_topic, group).await.map_err(failed)?;
+    let retry = inner
+        .consumer(&retry_topic, group, prefetch)
+        .await
+        .map_err(failed)?;
     Ok(Consumers { main, retry })
 }
 
@@ -52,6 +59,7 @@ pub(crate) struct Member {
     pub(crate) handler: Arc<dyn EventHandler>,
     pub(crate) stop: Arc<Signal>,
     pub(crate) paused: watch::Receiver<bool>,
+    pub(crate) prefetch: usize,
 }
 
 /// Why a consuming session ended.
@@ -78,7 +86,7 @@ impl Member {
                     {
                         return;
                     }
-                    match attach(&self.inner, &self.topic, &self.group).await {
+                    match attach(&self.inner, &self.topic, &self.group, self.prefetch).await {
                         Ok(c) => {
                             tracing::info!(topic = %self.topic, group = %self.group, "consumer attached");
                             c

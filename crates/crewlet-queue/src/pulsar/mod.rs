@@ -44,7 +44,7 @@ use crate::node::{Node, Signal, lock};
 use crate::topics::{self, DEAD_LETTER_GROUP};
 use crate::{
     BoxError, EventHandler, EventQueue, EventStream, PublishListener, QueueError, ShutdownReport,
-    Subscription,
+    SubscribeOptions, Subscription,
 };
 
 /// Message property holding the delivery attempt (absent = 1).
@@ -321,8 +321,9 @@ impl Inner {
         &self,
         subject: &str,
         group: &str,
+        prefetch: usize,
     ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, BoxError> {
-        let prefetch = u32::try_from(self.options.delivery.prefetch.max(1)).unwrap_or(64);
+        let prefetch = u32::try_from(prefetch.max(1)).unwrap_or(64);
         let build = self
             .client
             .consumer()
@@ -352,7 +353,7 @@ impl Inner {
         if kept.contains(dlq) {
             return Ok(());
         }
-        let mut c = self.consumer(dlq, DEAD_LETTER_GROUP).await?;
+        let mut c = self.consumer(dlq, DEAD_LETTER_GROUP, 1).await?;
         let _ = bounded(
             self.options.operation_timeout,
             async move { c.close().await },
@@ -404,11 +405,12 @@ impl EventQueue for PulsarQueue {
         self.inner.node.add_listener(listener);
     }
 
-    async fn subscribe(
+    async fn subscribe_with(
         &self,
         topic: &str,
         group: &str,
         handler: Arc<dyn EventHandler>,
+        options: SubscribeOptions,
     ) -> Result<Subscription, QueueError> {
         if self.inner.node.is_shut_down() {
             return Err(QueueError::ShutDown {
@@ -420,10 +422,14 @@ impl EventQueue for PulsarQueue {
         topics::validate_group(topic, group)?;
         let stop = Arc::new(Signal::default());
         let paused = self.inner.node.pause_switch(topic, group);
+        let prefetch = options
+            .prefetch
+            .unwrap_or(self.inner.options.delivery.prefetch)
+            .max(1);
         let consumers = if *paused.borrow() {
             None
         } else {
-            Some(member::attach(&self.inner, topic, group).await?)
+            Some(member::attach(&self.inner, topic, group, prefetch).await?)
         };
         let guard = self.inner.node.member_guard();
         let id = guard.id;
@@ -434,6 +440,7 @@ impl EventQueue for PulsarQueue {
             handler,
             stop: stop.clone(),
             paused,
+            prefetch,
         };
         let task = tokio::spawn(async move {
             let _guard = guard;
