@@ -47,6 +47,8 @@ benches! {
     Api => api,
     /// Turn engine: turns/s, CPU and RSS per turn (in-process model; fake OpenAI server over loopback).
     Turn => turn,
+    /// Engine: boot time (to /ready 200) and idle RSS of `crewlet run` with 10, 100 and 1,000 agent seats (memory backends).
+    Engine => engine,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.
