@@ -6,6 +6,9 @@
 //!   disturbing the shared broker.
 //! - `slow_long_handler_*` holds one message in a handler for 35 s on the
 //!   shared broker, longer than every timeout in play.
+//! - `slow_token_auth_and_tls_*` starts its own broker with token
+//!   authentication and a TLS port (ports 6670/6671/8092; certificate from the
+//!   openssl CLI, JWTs signed here with the broker's secret).
 
 mod support;
 
@@ -168,5 +171,153 @@ async fn slow_long_handler_is_delivered_exactly_once() {
     assert_eq!(done.len(), 1);
     for q in nodes {
         q.shutdown().await;
+    }
+}
+
+/// An HS256 JWT for `subject`, as `pulsar tokens create --secret-key` makes.
+fn hs256_token(secret: &[u8], subject: &str) -> String {
+    use base64::Engine;
+    use hmac::{KeyInit, Mac};
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let signing_input = format!(
+        "{}.{}",
+        b64.encode(br#"{"alg":"HS256"}"#),
+        b64.encode(format!(r#"{{"sub":"{subject}"}}"#))
+    );
+    let mut mac = match hmac::Hmac::<sha2::Sha256>::new_from_slice(secret) {
+        Ok(m) => m,
+        Err(e) => panic!("hmac key: {e}"),
+    };
+    mac.update(signing_input.as_bytes());
+    format!(
+        "{signing_input}.{}",
+        b64.encode(mac.finalize().into_bytes())
+    )
+}
+
+/// A self-signed certificate for 127.0.0.1 (not a CA, so rustls accepts it
+/// as its own trust anchor) and its PKCS#8 key, made with the openssl CLI.
+fn self_signed_cert(dir: &std::path::Path) -> std::io::Result<()> {
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "keyUsage=digitalSignature,keyEncipherment"])
+        .args(["-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "openssl req failed: {status}"
+        )))
+    }
+}
+
+/// A broker with token authentication and a TLS port: the engine's token
+/// over `pulsar+ssl://` with `tls_trust_certs_path` makes a full round trip;
+/// no token, a forged token, or a TLS connection that does not trust the
+/// broker's certificate are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_token_auth_and_tls_round_trip() {
+    use base64::Engine;
+    let Some(jars) = support::require_jars() else {
+        return;
+    };
+    let secret: Vec<u8> = (0..32u8)
+        .map(|i| i.wrapping_mul(37).wrapping_add(11))
+        .collect();
+    let admin = hs256_token(&secret, "admin");
+    let engine = hs256_token(&secret, "engine");
+    let (plain_port, tls_port, web_port) = (6670, 6671, 8092);
+    let conf_admin = admin.clone();
+    let broker = ThrowawayPulsar::start_with(jars, plain_port, web_port, move |dir| {
+        self_signed_cert(dir)?;
+        let key = base64::engine::general_purpose::STANDARD.encode(&secret);
+        let conf = format!(
+            "authenticationEnabled=true\n\
+             authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken\n\
+             tokenSecretKey=data:;base64,{key}\n\
+             superUserRoles=admin\n\
+             authorizationEnabled=false\n\
+             brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken\n\
+             brokerClientAuthenticationParameters=token:{conf_admin}\n\
+             brokerServicePortTls={tls_port}\n\
+             tlsCertificateFilePath={}\n\
+             tlsKeyFilePath={}\n",
+            dir.join("cert.pem").display(),
+            dir.join("key.pem").display(),
+        );
+        Ok((conf, Some(conf_admin)))
+    });
+    let broker = match broker {
+        Ok(b) => b,
+        Err(e) => panic!("cannot start a token-auth TLS broker: {e}"),
+    };
+    let broker = ready(broker).await;
+    let cert = broker.dir.join("cert.pem");
+    let tls_url = format!("pulsar+ssl://127.0.0.1:{tls_port}");
+    let plain_url = format!("pulsar://127.0.0.1:{plain_port}");
+
+    let mut good = options(&tls_url).with_auth_token(engine.clone());
+    good.tls_trust_certs_path = Some(cert.clone());
+    let q = match PulsarQueue::connect(good).await {
+        Ok(q) => q,
+        Err(e) => panic!("token over TLS refused: {e}"),
+    };
+    let topic = unique_topic("auth-tls");
+    let rec = Recorder::new();
+    let _sub = match q.subscribe(&topic, "g", rec.handler()).await {
+        Ok(s) => s,
+        Err(e) => panic!("subscribe over TLS: {e}"),
+    };
+    let e = test_event("over tls with a token");
+    if let Err(err) = q.publish(&topic, &e).await {
+        panic!("publish over TLS: {err}");
+    }
+    rec.wait_for(1, Duration::from_secs(30), "round trip over TLS")
+        .await;
+    assert_eq!(rec.seen()[0].event.id, e.id);
+    q.shutdown().await;
+
+    // The plain port takes the same token (so the refusals below are about auth).
+    match PulsarQueue::connect(options(&plain_url).with_auth_token(engine.clone())).await {
+        Ok(q) => {
+            q.shutdown().await;
+        }
+        Err(e) => panic!("token on the plain port refused: {e}"),
+    }
+    let forged = hs256_token(b"not-the-broker-secret-not-the-broker", "engine");
+    for (what, opts) in [
+        ("no token", options(&plain_url)),
+        (
+            "a forged token",
+            options(&plain_url).with_auth_token(forged),
+        ),
+        (
+            "TLS without the trust certs",
+            options(&tls_url).with_auth_token(engine.clone()),
+        ),
+    ] {
+        match PulsarQueue::connect(opts).await {
+            Err(err) => eprintln!("{what} refused as expected: {err}"),
+            Ok(_) => panic!("{what} was accepted"),
+        }
     }
 }

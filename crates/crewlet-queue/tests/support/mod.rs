@@ -12,10 +12,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct ThrowawayPulsar {
-    dir: PathBuf,
+    pub dir: PathBuf,
     pub broker_port: u16,
     pub web_port: u16,
     child: Option<Child>,
+    /// Sent as `Authorization: Bearer` by the readiness probe (token-auth brokers).
+    admin_token: Option<String>,
 }
 
 /// `$CREWLET_SERVICES_DIR/pulsar/jars` (default `/opt/crewlet-services`), when complete.
@@ -47,12 +49,25 @@ pub fn require_jars() -> Option<PathBuf> {
 impl ThrowawayPulsar {
     /// Starts a fresh broker (wiped data) on `broker_port`/`web_port`.
     pub fn start(jars: PathBuf, broker_port: u16, web_port: u16) -> std::io::Result<Self> {
+        Self::start_with(jars, broker_port, web_port, |_| Ok((String::new(), None)))
+    }
+
+    /// Like [`ThrowawayPulsar::start`], with extra `standalone.conf` lines made
+    /// by `extra(dir)` (which may write key files into the broker's directory)
+    /// and the admin token the readiness probe must send.
+    pub fn start_with(
+        jars: PathBuf,
+        broker_port: u16,
+        web_port: u16,
+        extra: impl FnOnce(&std::path::Path) -> std::io::Result<(String, Option<String>)>,
+    ) -> std::io::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "crewlet-queue-pulsar-{broker_port}-{}",
             std::process::id()
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
+        let (extra_conf, admin_token) = extra(&dir)?;
         fs::write(
             dir.join("standalone.conf"),
             format!(
@@ -62,9 +77,8 @@ impl ThrowawayPulsar {
                  managedLedgerDefaultAckQuorum=1\nlisteningInterface=lo\nallowLoopback=true\n\
                  journalSyncData=false\nallowAutoTopicCreation=true\n\
                  allowAutoTopicCreationType=non-partitioned\nbrokerDeleteInactiveTopicsEnabled=false\n\
-                 authenticationEnabled=false\nauthorizationEnabled=false\n\
                  functionsWorkerEnabled=false\nwebSocketServiceEnabled=false\n\
-                 brokerShutdownTimeoutMs=3000\n"
+                 brokerShutdownTimeoutMs=3000\n{extra_conf}"
             ),
         )?;
         fs::write(jars_file(&dir), jars.display().to_string())?;
@@ -73,6 +87,7 @@ impl ThrowawayPulsar {
             broker_port,
             web_port,
             child: None,
+            admin_token,
         };
         me.spawn(true)?;
         Ok(me)
@@ -145,9 +160,12 @@ impl ThrowawayPulsar {
                     self.log_tail()
                 ));
             }
-            if http_get(self.web_port, "/admin/v2/namespaces/public")
-                .is_some_and(|b| b.contains("public/default"))
-            {
+            let listed = http_get(
+                self.web_port,
+                "/admin/v2/namespaces/public",
+                self.admin_token.as_deref(),
+            );
+            if listed.is_some_and(|b| b.contains("public/default")) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(500));
@@ -177,7 +195,7 @@ impl Drop for ThrowawayPulsar {
 }
 
 /// A minimal HTTP/1.0 GET on loopback; the body when the status is 200.
-fn http_get(port: u16, path: &str) -> Option<String> {
+fn http_get(port: u16, path: &str, bearer: Option<&str>) -> Option<String> {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect_timeout(
         &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
@@ -185,7 +203,10 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     )
     .ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let auth = bearer
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let (head, body) = out.split_once("\r\n\r\n")?;
