@@ -1,6 +1,7 @@
 //! The spans every process opens, with the field names log lines and traces
 //! share. Fields declared `Empty` are filled in later with
-//! `span.record("llm_input_tokens", n)`.
+//! `span.record("llm_input_tokens", n)`. Record counts as `i64`: the
+//! OpenTelemetry bridge exports `u64` values as strings.
 //!
 //! ```text
 //! webhook {source}                      api: one per accepted delivery

@@ -7,6 +7,9 @@
 //!
 //! [`fake_llm`] (feature `fake-llm`) is a scripted OpenAI/Anthropic-compatible
 //! HTTP server on 127.0.0.1 that records every request.
+//!
+//! [`otlp_receiver`] (feature `otlp`) is an OTLP/HTTP trace receiver on
+//! 127.0.0.1 that records the spans exporters send it.
 
 #[cfg(feature = "fake-llm")]
 pub mod fake_llm;
@@ -14,3 +17,6 @@ pub mod services;
 
 #[cfg(feature = "postgres")]
 pub mod database;
+
+#[cfg(feature = "otlp")]
+pub mod otlp_receiver;
