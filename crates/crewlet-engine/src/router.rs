@@ -332,6 +332,21 @@ impl NotificationRouter {
                 reason: format!("the sender `{sender}` is seat `{}` itself", seat.handle),
             };
         }
+        // Two seats' bots in one channel would otherwise wake each other
+        // forever: a bot's chat message wakes only the seats it mentions.
+        if n.source == Source::Slack
+            && n.sender_is_bot
+            && !identities(seat, n.source)
+                .iter()
+                .any(|id| n.mentions.iter().any(|m| same(id, m)))
+        {
+            return Routing::Skip {
+                reason: format!(
+                    "a bot's chat message that does not mention seat `{}` (loop guard)",
+                    seat.handle
+                ),
+            };
+        }
         routing
     }
 
@@ -643,6 +658,44 @@ units:
         // a unit led by a human
         let w = raw(Source::Github, "acme/design", None);
         assert!(seat(r.resolve(&w).await).0.contains("lead-designer"));
+    }
+
+    #[tokio::test]
+    async fn bots_wake_only_the_seats_they_mention() {
+        let r = router();
+        let mut w = raw(Source::Slack, "C9", Some("eng"));
+        w.notification.sender = Some("UOTHERBOT".into());
+        w.notification.sender_is_bot = true;
+        assert!(seat(r.resolve(&w).await).0.contains("loop guard"));
+        w.notification.mentions = vec!["UENG".into()];
+        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "url_handle"));
+    }
+
+    #[tokio::test]
+    async fn a_redelivered_webhook_is_routed_once() {
+        let r = router();
+        let mut w = raw(Source::Github, "acme/app", None);
+        w.body = Value::Null;
+        let event = Event::new(EventType::RawWebhook, "api.webhooks")
+            .with_trace(TraceContext::new_root())
+            .with_payload(serde_json::to_value(&w).unwrap_or_default());
+        let first = r.route(&event).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(first, Some(Routing::Seat { .. })), "{first:?}");
+        let again = r.route(&event).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, None);
+        // Another router (another engine) on the same claims store: also none.
+        let other = NotificationRouter::new(
+            &Company::from_yaml("t", &format!("{COMPANY}{}", crate::TEST_LLM))
+                .unwrap_or_else(|e| panic!("{e}")),
+            r.org.clone(),
+            r.queue.clone(),
+            r.follows.clone(),
+            r.claims.clone(),
+        );
+        assert_eq!(
+            other.route(&event).await.unwrap_or_else(|e| panic!("{e}")),
+            None
+        );
     }
 
     #[tokio::test]
