@@ -329,7 +329,7 @@ async fn pulsar_rows(url: &str, events: usize) -> Result<Vec<Row>, String> {
     let mut nodes = vec![publisher.clone()];
     // 64 is the default (inboxes: a member must not hoard work it cannot start);
     // event-topic consumers with quick handlers can take more ahead.
-    for prefetch in [64, 1000] {
+    for prefetch in [64, 256] {
         let consumer = connect(prefetch).await?;
         let mut members = Vec::new();
         for _ in 0..4 {
