@@ -109,7 +109,16 @@ pub async fn config_export(
     format: ExportFormat,
 ) -> Result<String, EngineError> {
     let rev = revision(stores, id).await?;
-    render(&rev.payload, format)
+    render(&canonical(rev.payload), format)
+}
+
+/// A stored payload in the company's own key order (the database may keep
+/// JSON objects in another order); as stored when it no longer parses.
+fn canonical(payload: Value) -> Value {
+    serde_json::from_value::<Company>(payload.clone())
+        .ok()
+        .and_then(|c| serde_json::to_value(&c).ok())
+        .unwrap_or(payload)
 }
 
 fn render(payload: &Value, format: ExportFormat) -> Result<String, EngineError> {
@@ -278,11 +287,14 @@ async fn side(stores: &Stores, side: &DiffSide) -> Result<(String, Value), Engin
     match side {
         DiffSide::Active => {
             let r = revision(stores, None).await?;
-            Ok((format!("revision {} (active)", r.revision_id), r.payload))
+            Ok((
+                format!("revision {} (active)", r.revision_id),
+                canonical(r.payload),
+            ))
         }
         DiffSide::Revision(id) => {
             let r = revision(stores, Some(*id)).await?;
-            Ok((format!("revision {}", r.revision_id), r.payload))
+            Ok((format!("revision {}", r.revision_id), canonical(r.payload)))
         }
         DiffSide::File(path) => {
             let company = Company::load(path)?;
