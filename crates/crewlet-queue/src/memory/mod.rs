@@ -65,7 +65,7 @@ struct Topic {
 #[derive(Default)]
 struct TopicState {
     groups: Vec<Arc<Group>>,
-    retained: VecDeque<Arc<Event>>,
+    retained: VecDeque<Mail>,
     streams: Vec<Arc<StreamSink>>,
 }
 
@@ -208,18 +208,19 @@ impl Broker {
     ) -> Result<(), QueueError> {
         let topic = self.topic(topic)?;
         let mut state = lock(&topic.state);
+        let mail = Mail {
+            event: event.clone(),
+            attempt: 1,
+            dead_letter,
+        };
+        for group in &state.groups {
+            group.push(mail.clone());
+        }
         if self.retained_per_topic > 0 {
             if state.retained.len() >= self.retained_per_topic {
                 state.retained.pop_front();
             }
-            state.retained.push_back(event.clone());
-        }
-        for group in &state.groups {
-            group.push(Mail {
-                event: event.clone(),
-                attempt: 1,
-                dead_letter: dead_letter.clone(),
-            });
+            state.retained.push_back(mail);
         }
         if !state.streams.is_empty() {
             let name = &topic.name;
@@ -236,15 +237,7 @@ impl Broker {
         if let Some(g) = state.groups.iter().find(|g| &*g.name == group) {
             return Ok(g.clone());
         }
-        let ready = state
-            .retained
-            .iter()
-            .map(|event| Mail {
-                event: event.clone(),
-                attempt: 1,
-                dead_letter: None,
-            })
-            .collect();
+        let ready = state.retained.iter().cloned().collect();
         let g = Arc::new(Group {
             topic: topic.name.clone(),
             name: Arc::from(group),
@@ -338,6 +331,12 @@ impl Group {
         let n = max.min(q.ready.len());
         into.extend(q.ready.drain(..n));
         q.in_flight += n;
+        // More than this member takes: pass the wake-up on to another waiting member.
+        let wake_next = !q.ready.is_empty() && Self::take_waiter(&mut q);
+        drop(q);
+        if wake_next {
+            self.notify.notify_one();
+        }
         true
     }
 
@@ -753,6 +752,30 @@ mod tests {
         let dlq = topics::dlq("crewlet.t", "g");
         until(|| broker.backlog(&dlq, DEAD_LETTER_GROUP) == Some(2)).await;
         until(|| broker.backlog("crewlet.t", "g") == Some(0)).await;
+
+        // A group created later on the DLQ replays them with their origin.
+        let origins = Arc::new(Mutex::new(Vec::new()));
+        let o = origins.clone();
+        let _inspect = q
+            .subscribe(
+                &dlq,
+                "inspect",
+                handler_fn(move |d| {
+                    lock(&o).push(
+                        d.dead_letter
+                            .as_ref()
+                            .map(|i| (i.topic.clone(), i.attempts)),
+                    );
+                    async { Ok(()) }
+                }),
+            )
+            .await?;
+        until(|| lock(&origins).len() == 2).await;
+        assert!(
+            lock(&origins)
+                .iter()
+                .all(|o| *o == Some(("crewlet.t".to_owned(), 2)))
+        );
         Ok(())
     }
 
