@@ -145,6 +145,21 @@ impl TurnRuntime {
     }
 }
 
+/// A turn in progress: when it ends (or unwinds), the seat is idle again
+/// and the drain is told.
+struct RunningTurn<'a> {
+    seat: &'a SeatRuntime,
+    runtime: &'a TurnRuntime,
+}
+
+impl Drop for RunningTurn<'_> {
+    fn drop(&mut self) {
+        self.seat.set_state(AgentState::Idle);
+        self.runtime.running.fetch_sub(1, Ordering::AcqRel);
+        self.runtime.turn_ended.notify_waiters();
+    }
+}
+
 /// The inbox handler of one seat.
 pub(crate) struct InboxHandler {
     pub seat: Arc<SeatRuntime>,
@@ -201,6 +216,10 @@ impl EventHandler for InboxHandler {
         }
 
         self.runtime.running.fetch_add(1, Ordering::AcqRel);
+        let running = RunningTurn {
+            seat: &self.seat,
+            runtime: &self.runtime,
+        };
         self.seat.start_work(CurrentTask {
             task_id: trigger.task_id.clone(),
             summary: event.summary.clone(),
@@ -223,9 +242,7 @@ impl EventHandler for InboxHandler {
             .await;
         drop(permit);
         self.seat.handled.insert(event.id);
-        self.seat.set_state(AgentState::Idle);
-        self.runtime.running.fetch_sub(1, Ordering::AcqRel);
-        self.runtime.turn_ended.notify_waiters();
+        drop(running);
         debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");
         Ok(())
     }
