@@ -733,7 +733,7 @@ mod tests {
     #[tokio::test]
     async fn backlog_counts_unacked_mail_and_dead_letters_are_kept() -> Result<(), QueueError> {
         let broker = MemoryBroker::with_options(MemoryBrokerOptions {
-            retained_per_topic: 0,
+            retained_per_topic: 16,
             delivery: quick(),
         });
         let q = broker.client();
