@@ -23,7 +23,7 @@ use crewlet_config::{Company, Organization, Seat, SeatKind};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::McpHub;
 use crewlet_llm::LlmRegistry;
-use crewlet_queue::{EventQueue, Subscription, topics};
+use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
 use crewlet_store::{EventStoreWriter, Stores};
 use crewlet_turn::{
     Colleague, CompanyProfile, SeatProfile, TurnEngine, TurnSettings, UsageSummary, Visibility,
@@ -297,10 +297,17 @@ impl EngineBuilder {
                             seat: seat.clone(),
                             runtime: engine.shared.runtime.clone(),
                         });
+                        // Prefetch 1: a seat runs one turn at a time, so it
+                        // must not hoard inbox mail another engine could start.
                         let sub = engine
                             .shared
                             .queue
-                            .subscribe(&route.topic, &route.group, handler)
+                            .subscribe_with(
+                                &route.topic,
+                                &route.group,
+                                handler,
+                                SubscribeOptions::default().with_prefetch(1),
+                            )
                             .await?;
                         seat.set_state(AgentState::Idle);
                         Ok((handle, sub))

@@ -89,7 +89,8 @@ pub struct NotificationRouter {
     follows: Arc<dyn ThreadFollows>,
     claims: Arc<dyn WebhookDeliveries>,
     handled: RecentIds<Uuid>,
-    /// Claimed ids whose publish then failed: their redelivery is let through.
+    /// Claimed ids whose publish failed and whose claim could not be
+    /// released: their redelivery is let through by this router.
     unpublished: Mutex<HashSet<Uuid>>,
 }
 
@@ -391,10 +392,19 @@ impl NotificationRouter {
                 Ok(Some(routing))
             }
             Err(e) => {
-                self.unpublished
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(event.id);
+                // Give the claim back so the redelivery is routed (here or by
+                // another engine); remember it locally if even that fails.
+                if let Err(release) = self
+                    .claims
+                    .release(ROUTER_CLAIM_SOURCE, &event.id.to_string())
+                    .await
+                {
+                    warn!(error = %release, "cannot release the routing claim");
+                    self.unpublished
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(event.id);
+                }
                 Err(e)
             }
         }
