@@ -1,13 +1,13 @@
 //! SLOW Pulsar tests (about a minute and a half in all; they run in parallel):
 //!
 //! - `slow_broker_restart_*` starts its OWN throwaway standalone broker
-//!   (ports 6660/8090, wiped temp data dir, from the jars `cargo xtask
+//!   (free loopback ports, wiped temp data dir, from the jars `cargo xtask
 //!   services up` cached) so that it can SIGKILL and restart it without
 //!   disturbing the shared broker.
 //! - `slow_long_handler_*` holds one message in a handler for 35 s on the
 //!   shared broker, longer than every timeout in play.
 //! - `slow_token_auth_and_tls_*` starts its own broker with token
-//!   authentication and a TLS port (ports 6670/6671/8092; certificate from the
+//!   authentication and a TLS port (free loopback ports; certificate from the
 //!   openssl CLI, JWTs signed here with the broker's secret).
 
 mod support;
@@ -52,7 +52,7 @@ async fn slow_broker_restart_loses_no_acknowledged_publish() {
     let Some(jars) = support::require_jars() else {
         return;
     };
-    let broker = match ThrowawayPulsar::start(jars, 6660, 8090) {
+    let broker = match ThrowawayPulsar::start(jars, support::free_port(), support::free_port()) {
         Ok(b) => b,
         Err(e) => panic!("cannot start a throwaway broker: {e}"),
     };
@@ -245,7 +245,11 @@ async fn slow_token_auth_and_tls_round_trip() {
         .collect();
     let admin = hs256_token(&secret, "admin");
     let engine = hs256_token(&secret, "engine");
-    let (plain_port, tls_port, web_port) = (6670, 6671, 8092);
+    let (plain_port, tls_port, web_port) = (
+        support::free_port(),
+        support::free_port(),
+        support::free_port(),
+    );
     let conf_admin = admin.clone();
     let broker = ThrowawayPulsar::start_with(jars, plain_port, web_port, move |dir| {
         self_signed_cert(dir)?;

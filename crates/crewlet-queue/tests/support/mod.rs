@@ -212,3 +212,12 @@ fn http_get(port: u16, path: &str, bearer: Option<&str>) -> Option<String> {
     let (head, body) = out.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
+
+/// A loopback port that was free a moment ago (so parallel test runs on one
+/// machine do not fight over fixed ports).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
