@@ -44,7 +44,7 @@ pub use error::EngineError;
 pub use hooks::{Hook, TASK_STATE_EVENTS};
 pub use llm::{build_registry, role_llm};
 pub use router::{NotificationRouter, ROUTER_CLAIM_SOURCE, RouteRule, Routing};
-pub use run::{RunOptions, init_logging};
+pub use run::{RunOptions, init_telemetry};
 pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};
 pub use task::{TaskRequest, derived_task_id};
 pub use tools::{TOOL_NAME_SEPARATOR, tool_name};

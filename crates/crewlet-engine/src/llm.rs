@@ -77,6 +77,8 @@ fn provider_config(
     for (i, raw) in entry.api_keys.iter().enumerate() {
         let key = expand(&format!("api_keys[{i}]"), raw)?;
         if !key.trim().is_empty() {
+            // Never in a log line or an exported span.
+            crewlet_telemetry::register_secret(key.clone());
             keys.push(key);
         }
     }

@@ -37,7 +37,7 @@ use crewlet_integrations::{Notification, Source};
 use crewlet_queue::{Delivery, EventHandler, EventQueue, HandlerError, topics};
 use crewlet_store::{ThreadFollows, ThreadRef, WebhookDeliveries};
 use serde_json::json;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 use uuid::Uuid;
 
 use crate::recent::RecentIds;
@@ -539,7 +539,18 @@ pub(crate) struct RouterHandler(pub Arc<NotificationRouter>);
 #[async_trait]
 impl EventHandler for RouterHandler {
     async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
-        self.0.route(&delivery.event).await.map(|_| ())
+        let consume = crewlet_telemetry::span_from_event("route", &delivery.event);
+        let span = consume.in_scope(crewlet_telemetry::routing_span);
+        span.record("event_type", delivery.event.event_type.as_str());
+        let routed = self
+            .0
+            .route(&delivery.event)
+            .instrument(span.clone())
+            .await?;
+        if let Some(Routing::Seat { handle, .. }) = &routed {
+            span.record("recipient", handle.as_str());
+        }
+        Ok(())
     }
 }
 

@@ -25,8 +25,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crewlet_api::{AgentView, ApiBuilder, EngineView, ToolView};
-use crewlet_config::{Bootstrap, Company, LogFormat, Organization};
+use crewlet_config::{Bootstrap, Company, Organization};
 use crewlet_store::ConfigRevision;
+use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
@@ -53,63 +54,17 @@ pub struct RunOptions {
     pub debug: bool,
 }
 
-/// Crewlet's log targets, for `--debug`.
-const CREWLET_TARGETS: &[&str] = &[
-    "crewlet",
-    "crewlet_core",
-    "crewlet_config",
-    "crewlet_queue",
-    "crewlet_store",
-    "crewlet_llm",
-    "crewlet_turn",
-    "crewlet_integrations",
-    "crewlet_engine",
-    "crewlet_api",
-];
-
-/// The log filter: `RUST_LOG` when set, else `observability.log_filter` (or
-/// `info`), with DEBUG for crewlet's targets under `--debug`/`debug: true`.
-pub fn log_filter(bootstrap: &Bootstrap, debug: bool) -> String {
-    let mut filter = bootstrap
-        .observability
-        .log_filter
-        .clone()
-        .unwrap_or_else(|| "info".into());
-    if debug || bootstrap.debug {
-        for t in CREWLET_TARGETS {
-            filter.push_str(&format!(",{t}=debug"));
-        }
-    }
-    filter
-}
-
-/// Logs to stderr: JSON lines when stderr is not a terminal (or
-/// `log_format: json`), text on a terminal. Does nothing if a subscriber is
-/// already installed.
-pub fn init_logging(bootstrap: &Bootstrap, debug: bool) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.trim().is_empty() => EnvFilter::new(v),
-        _ => EnvFilter::new(log_filter(bootstrap, debug)),
-    };
-    let json = match bootstrap.observability.log_format {
-        LogFormat::Json => true,
-        LogFormat::Text => false,
-        LogFormat::Auto => !std::io::stderr().is_terminal(),
-    };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .try_init()
-    } else {
-        builder.try_init()
-    };
+/// Logs and traces for the process, through `crewlet-telemetry`: JSON lines
+/// when stderr is not a terminal (or `log_format: json`), text on a
+/// terminal; `RUST_LOG`, else `observability.log_filter`, else `info`, with
+/// DEBUG for crewlet's own targets under `--debug`/`debug: true`; secrets of
+/// the bootstrap redacted; spans exported over OTLP/HTTP when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` or `observability.otlp_endpoint` is set.
+/// Hold the guard until the process ends (dropping it flushes the spans).
+pub fn init_telemetry(bootstrap: &Bootstrap, debug: bool) -> TelemetryGuard {
+    crewlet_telemetry::init(
+        TelemetryOptions::from_bootstrap(bootstrap).with_debug(debug || bootstrap.debug),
+    )
 }
 
 /// Runs until SIGINT or SIGTERM.
@@ -352,22 +307,4 @@ async fn serve(
         }
     }
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn debug_raises_only_crewlet_targets() {
-        let mut b = Bootstrap::default();
-        assert_eq!(log_filter(&b, false), "info");
-        let f = log_filter(&b, true);
-        assert!(
-            f.starts_with("info,") && f.contains("crewlet_engine=debug") && !f.contains("pulsar")
-        );
-        b.observability.log_filter = Some("warn,crewlet_turn=trace".into());
-        b.debug = true;
-        assert!(log_filter(&b, false).starts_with("warn,crewlet_turn=trace,crewlet=debug"));
-    }
 }

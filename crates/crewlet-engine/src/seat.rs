@@ -17,7 +17,7 @@ use crewlet_core::EventType;
 use crewlet_queue::{Delivery, EventHandler, HandlerError};
 use crewlet_turn::{SeatProfile, TurnEngine};
 use tokio::sync::{Notify, Semaphore};
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, warn};
 use uuid::Uuid;
 
 use crate::recent::RecentIds;
@@ -227,19 +227,34 @@ impl EventHandler for InboxHandler {
             phase: None,
             trace_id: event.trace_id.map(|t| t.to_string()),
         });
-        let span = info_span!(
-            "turn",
-            agent_id = %self.seat.seat.agent_id,
-            agent = handle,
-            task_id = %trigger.task_id,
-            trace_id = %event.trace_id.map(|t| t.to_string()).unwrap_or_default(),
-        );
+        // The turn continues the inbox event's trace in exported spans too.
+        let consume = crewlet_telemetry::span_from_event("turn", event);
+        let span = consume.in_scope(|| {
+            crewlet_telemetry::turn_span(
+                &self.seat.seat.agent_id.to_string(),
+                &self.seat.seat.name,
+                Some(&trigger.task_id),
+            )
+        });
         let outcome = self
             .runtime
             .turns
             .run_turn(&self.seat.profile, &trigger)
-            .instrument(span)
+            .instrument(span.clone())
             .await;
+        span.record("turn_id", outcome.turn_id.to_string());
+        span.record(
+            "llm_input_tokens",
+            i64::try_from(outcome.usage.input_tokens).unwrap_or(i64::MAX),
+        );
+        span.record(
+            "llm_output_tokens",
+            i64::try_from(outcome.usage.output_tokens).unwrap_or(i64::MAX),
+        );
+        span.record(
+            "duration_ms",
+            i64::try_from(outcome.duration.as_millis()).unwrap_or(i64::MAX),
+        );
         drop(permit);
         self.seat.handled.insert(event.id);
         drop(running);

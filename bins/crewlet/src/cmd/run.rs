@@ -52,7 +52,7 @@ pub fn dispatch(args: RunArgs) -> Result<ExitCode> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let bootstrap = Bootstrap::load(args.config.as_deref())?;
-    crewlet_engine::init_logging(&bootstrap, args.debug);
+    let telemetry = crewlet_engine::init_telemetry(&bootstrap, args.debug);
     let options = RunOptions {
         config_path: args.config,
         import_company: args.import_company,
@@ -64,6 +64,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(crewlet_engine::run::run(bootstrap, options))?;
+    let result = runtime.block_on(crewlet_engine::run::run(bootstrap, options));
+    drop(runtime);
+    telemetry.shutdown();
+    result?;
     Ok(ExitCode::SUCCESS)
 }

@@ -87,15 +87,41 @@ fn spec(name: &str, server: &McpServer, env: Env<'_>) -> Result<McpServerSpec, S
         ),
     };
     for (k, v) in &server.env {
-        out = out.with_env(k.clone(), expand(format!("env.{k}"), v)?);
+        let value = expand(format!("env.{k}"), v)?;
+        if looks_secret(k, v) {
+            crewlet_telemetry::register_secret(value.clone());
+        }
+        out = out.with_env(k.clone(), value);
     }
     for (k, v) in &server.headers {
-        out = out.with_header(k.clone(), expand(format!("headers.{k}"), v)?);
+        let value = expand(format!("headers.{k}"), v)?;
+        if looks_secret(k, v) {
+            crewlet_telemetry::register_secret(value.clone());
+        }
+        out = out.with_header(k.clone(), value);
     }
     Ok(out.with_timeouts(
         Duration::from_secs(server.startup_timeout_seconds.max(1)),
         Duration::from_secs(server.request_timeout_seconds.max(1)),
     ))
+}
+
+/// Whether an env var or header is a credential to keep out of logs: its
+/// value comes from the environment (`${VAR}`) or its name says so.
+fn looks_secret(name: &str, raw: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    crewlet_config::has_references(raw)
+        || [
+            "token",
+            "secret",
+            "key",
+            "password",
+            "auth",
+            "cookie",
+            "credential",
+        ]
+        .iter()
+        .any(|w| n.contains(w))
 }
 
 fn config_failure(scope: McpScope, server: &str, reason: String) -> McpStartFailure {
@@ -138,6 +164,7 @@ pub(crate) async fn start(
         for (k, v) in &seat.mcp_env {
             match interpolate(v, |var| env(var)) {
                 Ok(value) => {
+                    crewlet_telemetry::register_secret(value.clone());
                     mcp_env.insert(k.clone(), value);
                 }
                 Err(e) => env_error = Some(format!("mcp_env.{k}: {e}")),
