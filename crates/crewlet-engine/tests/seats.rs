@@ -170,6 +170,7 @@ async fn one_turn_per_seat_and_a_global_cap() {
         max_total: i64,
         max_per_seat: i64,
         completed: usize,
+        created: usize,
     }
     let tally = Arc::new(Mutex::new(Tally::default()));
     let t = tally.clone();
@@ -190,6 +191,8 @@ async fn one_turn_per_seat_and_a_global_cap() {
                 t.total -= 1;
                 t.completed += 1;
             }
+            // Published on the inbox and on the event stream: seen once.
+            EventType::TaskCreated => t.created += 1,
             _ => {}
         }
     });
@@ -206,10 +209,11 @@ async fn one_turn_per_seat_and_a_global_cap() {
         (tally.lock().map(|t| t.completed).unwrap_or(0) >= 6).then_some(())
     })
     .await;
-    let (max_per_seat, max_total) = {
+    let (max_per_seat, max_total, created) = {
         let t = tally.lock().unwrap_or_else(|p| p.into_inner());
-        (t.max_per_seat, t.max_total)
+        (t.max_per_seat, t.max_total, t.created)
     };
+    assert_eq!(created, 6, "each task_created reaches the hook once");
     assert_eq!(max_per_seat, 1, "a seat ran two turns at once");
     assert!(
         max_total <= 2,
