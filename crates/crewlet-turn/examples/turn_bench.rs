@@ -9,6 +9,10 @@
 //! - loopback HTTP: the fake OpenAI server of `crewlet-test-support` on
 //!   127.0.0.1, in this same process (its CPU and memory are counted too).
 //!
+//! Then the in-process model again with the `crewlet-telemetry` subscriber
+//! installed (turn, phase, llm and tool spans with OpenTelemetry ids, log
+//! lines written to a sink, no exporter): the span overhead a process pays.
+//!
 //! RSS is sampled after a warm-up and then every tenth of the run.
 
 use std::sync::Arc;
@@ -20,6 +24,7 @@ use crewlet_llm::{
     ScriptedProvider, ToolCall, Usage, build_provider, http_client,
 };
 use crewlet_store::MemoryTokenLedger;
+use crewlet_telemetry::TelemetryOptions;
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
 use crewlet_turn::{
     CompanyProfile, CountingEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext, ToolError,
@@ -311,6 +316,21 @@ fn main() -> BenchResult<()> {
         llm.insert(build_provider(&config, &http_client()?)?);
         let (e, sink) = engine(llm)?;
         figures.push(measure("loopback HTTP (fake OpenAI server, same process)", &e, &sink, args.turns).await?);
+        drop(e);
+
+        // What a process runs with: the crewlet-telemetry subscriber (spans
+        // with OpenTelemetry ids, JSON lines at INFO), export off.
+        let _telemetry = crewlet_telemetry::try_init(
+            TelemetryOptions::new("crewlet-turn-bench")
+                .ignore_env()
+                .with_writer(std::io::sink),
+        )?;
+        let mut llm = LlmRegistry::new();
+        llm.insert(Arc::new(ScriptedProvider::new("main", "scripted", scripted)));
+        let (e, sink) = engine(llm)?;
+        figures.push(
+            measure("in-process, telemetry on (spans, no export)", &e, &sink, args.turns).await?,
+        );
 
         print(&figures);
         Ok(())

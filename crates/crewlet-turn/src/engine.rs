@@ -10,6 +10,7 @@ use crewlet_llm::{LlmError, LlmProvider, LlmRegistry, Message, Phase, ToolChoice
 use crewlet_store::{BudgetRefusal, BudgetType, TokenLedger};
 use serde::Serialize;
 use serde_json::{Value, json};
+use tracing::{Instrument, Span};
 use uuid::Uuid;
 
 use crate::decisions::{SUBMIT_PLAN, SUBMIT_REVIEW, submit_plan_spec, submit_review_spec};
@@ -313,12 +314,52 @@ impl TurnEngine {
     /// Runs one turn of `seat` for `trigger` to its end. Never panics and
     /// never returns an error: a failed turn is an outcome with `failure` set
     /// and a `task_failed` event.
+    ///
+    /// The turn runs in a `turn` span (`crewlet_telemetry::turn_span`) that
+    /// continues the trigger's trace: when the caller already runs it inside
+    /// a span of that trace (e.g. `span_from_event` of the inbox event), the
+    /// turn span nests under that span; otherwise its parent is the
+    /// trigger's span (`trigger.trace`); with neither, it nests under
+    /// whatever span is current, or starts a trace. Each phase runs in a
+    /// `phase` span, each completion in an `llm` span, each tool call in a
+    /// `tool` span, and every event of the turn carries the ids of the turn
+    /// or phase span it was emitted in, so the events and the exported spans
+    /// form the same tree. Without a telemetry subscriber the spans are
+    /// inert and the events get ids of their own in the same shape (the turn
+    /// a child of the trigger, each phase a child of the turn).
     pub async fn run_turn(&self, seat: &SeatProfile, trigger: &Trigger) -> TurnOutcome {
+        let span = crewlet_telemetry::turn_span(
+            &seat.agent_id.to_string(),
+            &seat.role_name,
+            Some(&trigger.task_id),
+        );
+        join_trigger_trace(&span, trigger.trace);
+        let outcome = self
+            .run_in_span(seat, trigger, &span)
+            .instrument(span.clone())
+            .await;
+        span.record("llm_input_tokens", i64_of(outcome.usage.input_tokens));
+        span.record("llm_output_tokens", i64_of(outcome.usage.output_tokens));
+        span.record(
+            "duration_ms",
+            i64::try_from(outcome.duration.as_millis()).unwrap_or(i64::MAX),
+        );
+        outcome
+    }
+
+    async fn run_in_span(
+        &self,
+        seat: &SeatProfile,
+        trigger: &Trigger,
+        turn_span: &Span,
+    ) -> TurnOutcome {
         let started = Instant::now();
-        let span = trigger
-            .trace
-            .as_ref()
-            .map_or_else(TraceContext::new_root, TraceContext::child);
+        let span = crewlet_telemetry::trace_context_of(turn_span).unwrap_or_else(|| {
+            trigger
+                .trace
+                .as_ref()
+                .map_or_else(TraceContext::new_root, TraceContext::child)
+        });
         let t = TurnCtx {
             seat,
             trigger,
@@ -327,6 +368,7 @@ impl TurnEngine {
             state: Mutex::new(TurnState::default()),
             usage: Mutex::new(Usage::default()),
         };
+        turn_span.record("turn_id", tracing::field::display(t.turn_id));
         self.emit(
             &t,
             EventType::TaskStarted,
@@ -576,8 +618,29 @@ impl TurnEngine {
         iteration: u32,
         brief: &PhaseBrief<'_>,
     ) -> Result<PhaseResult, TurnFailure> {
+        let phase_span = crewlet_telemetry::phase_span(brief.phase().as_str());
+        phase_span.record("iteration", i64::from(iteration));
+        let span =
+            crewlet_telemetry::trace_context_of(&phase_span).unwrap_or_else(|| t.span.child());
+        let mut stats = LoopStats::default();
+        let result = self
+            .run_phase_in_span(t, iteration, brief, span, &mut stats)
+            .instrument(phase_span.clone())
+            .await;
+        phase_span.record("llm_input_tokens", i64_of(stats.usage.input_tokens));
+        phase_span.record("llm_output_tokens", i64_of(stats.usage.output_tokens));
+        result
+    }
+
+    async fn run_phase_in_span(
+        &self,
+        t: &TurnCtx<'_>,
+        iteration: u32,
+        brief: &PhaseBrief<'_>,
+        span: TraceContext,
+        stats: &mut LoopStats,
+    ) -> Result<PhaseResult, TurnFailure> {
         let phase = brief.phase();
-        let span = t.span.child();
         let chain = match self.llm.resolve(&t.seat.llm, phase) {
             Ok(chain) if !chain.is_empty() => chain,
             Ok(_) => {
@@ -598,11 +661,10 @@ impl TurnEngine {
         )
         .await;
         let started = Instant::now();
-        let mut stats = LoopStats::default();
         let providers = chain.providers();
         for (i, provider) in providers.iter().enumerate() {
             let attempt = self
-                .attempt(t, span, iteration, brief, provider.as_ref(), &mut stats)
+                .attempt(t, span, iteration, brief, provider.as_ref(), stats)
                 .await;
             let err = match attempt {
                 Ok(result) => {
@@ -612,7 +674,7 @@ impl TurnEngine {
                         phase,
                         iteration,
                         provider.as_ref(),
-                        &stats,
+                        stats,
                         started,
                         true,
                     )
@@ -643,7 +705,7 @@ impl TurnEngine {
                         phase,
                         iteration,
                         provider.as_ref(),
-                        &stats,
+                        stats,
                         started,
                         false,
                     )
@@ -659,7 +721,7 @@ impl TurnEngine {
                         phase,
                         iteration,
                         provider.as_ref(),
-                        &stats,
+                        stats,
                         started,
                         false,
                     )
@@ -695,7 +757,7 @@ impl TurnEngine {
                         phase,
                         iteration,
                         provider.as_ref(),
-                        &stats,
+                        stats,
                         started,
                         false,
                     )
@@ -984,6 +1046,27 @@ impl TurnEngine {
         }
         self.sink.emit(event).await;
     }
+}
+
+/// Joins the turn span to the trigger's trace before it starts (see
+/// [`TurnEngine::run_turn`]).
+fn join_trigger_trace(span: &Span, trigger: Option<TraceContext>) {
+    let Some(parent) = trigger else { return };
+    if span.is_disabled() {
+        return;
+    }
+    // The caller already continues the trigger's trace: stay under its span.
+    if crewlet_telemetry::current_trace_context().is_some_and(|c| c.trace_id == parent.trace_id) {
+        return;
+    }
+    if let Err(e) = crewlet_telemetry::set_parent_from(span, parent) {
+        tracing::debug!(error = %e, "turn span not joined to the trigger's trace");
+    }
+}
+
+/// A token count as a span field (`u64` fields are exported as strings).
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn unexpected(phase: Phase) -> TurnFailure {

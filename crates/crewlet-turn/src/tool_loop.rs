@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crewlet_llm::{
     Completion, CompletionRequest, LlmError, LlmProvider, Message, StreamEvent, SystemBlock,
@@ -314,7 +315,28 @@ fn select_tools(env: &LoopEnv<'_>, selection: &ToolSelection) -> Vec<Arc<dyn Too
     }
 }
 
+/// One completion, in an `llm {model}` span with its token counts.
 async fn complete(
+    env: &LoopEnv<'_>,
+    call: &CompletionRequest,
+    stats: &LoopStats,
+) -> Result<Completion, TurnError> {
+    let span = crewlet_telemetry::llm_span(env.provider.name(), env.provider.model());
+    let started = Instant::now();
+    let result = complete_in_span(env, call, stats)
+        .instrument(span.clone())
+        .await;
+    if !span.is_disabled() {
+        if let Ok(c) = &result {
+            span.record("llm_input_tokens", i64_of(c.usage.input_tokens));
+            span.record("llm_output_tokens", i64_of(c.usage.output_tokens));
+        }
+        span.record("duration_ms", i64_of_duration(started.elapsed()));
+    }
+    result
+}
+
+async fn complete_in_span(
     env: &LoopEnv<'_>,
     call: &CompletionRequest,
     stats: &LoopStats,
@@ -417,11 +439,15 @@ async fn run_one(ctx: &ToolContext, resolved: Resolved) -> Result<CallResult, Tu
             });
         }
     };
+    let span = crewlet_telemetry::tool_span(tool.name());
     let started = Instant::now();
     let outcome = AssertUnwindSafe(tool.invoke(ctx, args))
         .catch_unwind()
+        .instrument(span.clone())
         .await;
-    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    span.record("duration_ms", i64_of_duration(elapsed));
     let name = tool.name().to_owned();
     let result = match outcome {
         Err(panic) => {
@@ -430,6 +456,7 @@ async fn run_one(ctx: &ToolContext, resolved: Resolved) -> Result<CallResult, Tu
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "no message".to_owned());
+            span.record("error", format!("panicked: {message}").as_str());
             return Err(TurnError::ToolPanicked {
                 tool: name,
                 message,
@@ -450,6 +477,9 @@ async fn run_one(ctx: &ToolContext, resolved: Resolved) -> Result<CallResult, Tu
             (format!("error: {text}"), true, false)
         }
     };
+    if is_error && !span.is_disabled() {
+        span.record("error", error_field(&content));
+    }
     Ok(CallResult {
         content,
         is_error,
@@ -460,6 +490,25 @@ async fn run_one(ctx: &ToolContext, resolved: Resolved) -> Result<CallResult, Tu
             duration_ms,
         }),
     })
+}
+
+/// A count as a span field (`u64` fields are exported as strings).
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn i64_of_duration(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The start of a failed tool call's answer, for the span's `error` field.
+fn error_field(content: &str) -> &str {
+    const MAX: usize = 300;
+    let content = content.strip_prefix("error: ").unwrap_or(content);
+    match content.char_indices().nth(MAX) {
+        Some((end, _)) => &content[..end],
+        None => content,
+    }
 }
 
 #[cfg(test)]
