@@ -8,171 +8,16 @@
 //! Isolation: a fresh database and a fresh Pulsar namespace (created in the
 //! test through the admin REST API; the engine itself never calls it).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod common;
 
+use common::*;
 use crewlet_integrations::webhook::slack;
 use crewlet_test_support::database::FreshDatabase;
-use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
+use crewlet_test_support::fake_llm::FakeLlmServer;
 use crewlet_test_support::services::pulsar_admin_url;
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(90);
 const SLACK_SECRET: &str = "split-slack-secret";
-
-fn crewlet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_crewlet"))
-}
-
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "crewlet-e2e-split-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// A child process killed (SIGKILL) if the test ends without stopping it.
-struct Proc {
-    name: &'static str,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, dir: &Path, args: &[&str]) -> Self {
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
-        let child = crewlet()
-            .args(args)
-            .current_dir(dir)
-            .env("RUST_LOG", "info,crewlet_engine=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start crewlet {args:?}: {e}"));
-        Self {
-            name,
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    async fn stop(&mut self) -> Option<i32> {
-        let child = self.child.as_mut()?;
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        for _ in 0..300 {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return status.code();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        None
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-            eprintln!(
-                "--- {} log ---\n{}",
-                self.name,
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-async fn wait_for<T, F, Fut>(what: &str, procs: &mut [&mut Proc], mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        for p in procs.iter_mut() {
-            if !p.is_running() {
-                panic!("{} exited while waiting for {what}:\n{}", p.name, p.log());
-            }
-        }
-        if tokio::time::Instant::now() > deadline {
-            for p in procs.iter() {
-                eprintln!("--- {} log ---\n{}", p.name, p.log());
-            }
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn get(url: &str) -> (u16, Value) {
-    match reqwest::get(url).await {
-        Ok(r) => {
-            let s = r.status().as_u16();
-            (s, r.json().await.unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
-
-fn script() -> Script {
-    Script::new()
-        .on(
-            When::tool_offered("submit_plan"),
-            Reply::tool_call(
-                "submit_plan",
-                json!({"decision": "plan", "reasoning": "reply in the thread",
-                       "steps": [{"intent": "post", "tools": ["chat__post_message"]}]}),
-            )
-            .usage(100, 20),
-        )
-        .on(
-            When::tool_offered("chat__post_message").and_after_tool_result(false),
-            Reply::tool_call("chat__post_message", json!({"channel": "C777", "text": "hello from the engine"}))
-                .usage(200, 30),
-        )
-        .on(
-            When::tool_offered("chat__post_message").and_after_tool_result(true),
-            Reply::text("posted").usage(50, 10),
-        )
-        .on(
-            When::tool_offered("submit_review"),
-            Reply::tool_call(
-                "submit_review",
-                json!({"decision": "done", "notes": "ok", "completed_work": "posted", "final_artifact": "posted"}),
-            )
-            .usage(80, 15),
-        )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn webhook_to_api_process_runs_a_turn_in_the_engine_process() {
@@ -336,11 +181,4 @@ roles:
         .send()
         .await;
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Whether the engine's log says it runs the company (after its router subscribed).
-fn engine_running(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("engine.log"))
-        .unwrap_or_default()
-        .contains("engine running")
 }

@@ -1,0 +1,367 @@
+//! Shared by the end-to-end tests that run `crewlet` as real processes:
+//! child processes with their stderr in a file, polling, the fake model's
+//! script for one happy turn, signed webhooks, throwaway Pulsar namespaces.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crewlet_integrations::webhook::{github, slack};
+use crewlet_test_support::fake_llm::{Reply, Script, When};
+use crewlet_test_support::services::pulsar_admin_url;
+use serde_json::{Value, json};
+
+/// How long any one wait of these tests may take.
+pub const WAIT: Duration = Duration::from_secs(90);
+
+/// Usage the fake model reports per call of the happy turn (plan, tool
+/// call, answer after the tool, review).
+pub const TURN_USAGE: [(u64, u64); 4] = [(100, 20), (200, 30), (50, 10), (80, 15)];
+
+/// The `crewlet` binary, with none of the machine's `CREWLET_*` settings.
+pub fn crewlet() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_crewlet"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CREWLET_") || k.starts_with("OTEL_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// A fresh directory for one test.
+pub fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "crewlet-e2e-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A child process killed (SIGKILL) if the test ends without stopping it.
+pub struct Proc {
+    pub name: &'static str,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// `crewlet args...` in `dir`, stderr to `dir/{name}.log`, with
+    /// `RUST_LOG=info,crewlet_engine=debug`.
+    pub fn spawn(name: &'static str, dir: &Path, args: &[&str]) -> Self {
+        Self::spawn_env(
+            name,
+            dir,
+            args,
+            &[("RUST_LOG", "info,crewlet_engine=debug")],
+        )
+    }
+
+    /// `crewlet args...` in `dir` with exactly these extra variables (no
+    /// `RUST_LOG` unless given), stderr to `dir/{name}.log` (not a terminal:
+    /// JSON log lines).
+    pub fn spawn_env(name: &'static str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
+        let mut cmd = crewlet();
+        cmd.env_remove("RUST_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start crewlet {args:?}: {e}"));
+        Self {
+            name,
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// What the process wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub async fn stop(&mut self) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        for _ in 0..300 {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return status.code();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            eprintln!(
+                "--- {} log ---\n{}",
+                self.name,
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`; panics with the processes' logs
+/// when one of them exits or after [`WAIT`].
+pub async fn wait_for<T, F, Fut>(what: &str, procs: &mut [&mut Proc], mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        for p in procs.iter_mut() {
+            if !p.is_running() {
+                panic!("{} exited while waiting for {what}:\n{}", p.name, p.log());
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            for p in procs.iter() {
+                eprintln!("--- {} log ---\n{}", p.name, p.log());
+            }
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `GET url`: status (0 when nothing answers) and JSON body.
+pub async fn get(url: &str) -> (u16, Value) {
+    match reqwest::get(url).await {
+        Ok(r) => {
+            let s = r.status().as_u16();
+            (s, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// `POST base+path` with `body` and `headers`: status and JSON body.
+pub async fn post(
+    base: &str,
+    path: &str,
+    body: Vec<u8>,
+    headers: &[(&'static str, String)],
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// One turn against the fake model: plan to post, call
+/// `chat__post_message` in `C777`, say so, review done ([`TURN_USAGE`]).
+pub fn script() -> Script {
+    let [plan, call, after, review] = TURN_USAGE;
+    Script::new()
+        .on(
+            When::tool_offered("submit_plan"),
+            Reply::tool_call(
+                "submit_plan",
+                json!({"decision": "plan", "reasoning": "reply in the thread",
+                       "steps": [{"intent": "post", "tools": ["chat__post_message"]}]}),
+            )
+            .usage(plan.0, plan.1),
+        )
+        .on(
+            When::tool_offered("chat__post_message").and_after_tool_result(false),
+            Reply::tool_call("chat__post_message", json!({"channel": "C777", "text": "hello from the engine"}))
+                .usage(call.0, call.1),
+        )
+        .on(
+            When::tool_offered("chat__post_message").and_after_tool_result(true),
+            Reply::text("posted").usage(after.0, after.1),
+        )
+        .on(
+            When::tool_offered("submit_review"),
+            Reply::tool_call(
+                "submit_review",
+                json!({"decision": "done", "notes": "ok", "completed_work": "posted", "final_artifact": "posted"}),
+            )
+            .usage(review.0, review.1),
+        )
+}
+
+/// A Slack `app_mention` of `UENG` in `C777`, signed now with `secret`.
+pub fn slack_mention(secret: &str, event_id: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
+    let body = json!({
+        "type": "event_callback", "event_id": event_id, "api_app_id": "AENG",
+        "event": {"type": "app_mention", "user": "U9", "text": "<@UENG> say hello",
+                  "channel": "C777", "ts": "1700000001.000200"}
+    })
+    .to_string()
+    .into_bytes();
+    let ts = chrono::Utc::now().timestamp().to_string();
+    let sig = slack::signature(secret.as_bytes(), &ts, &body);
+    (
+        body,
+        vec![
+            ("content-type", "application/json".into()),
+            (slack::TIMESTAMP_HEADER, ts),
+            (slack::SIGNATURE_HEADER, sig),
+        ],
+    )
+}
+
+/// A GitHub `issues.opened` on `acme/app`, signed with `secret`.
+pub fn github_issue(secret: &str, delivery: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
+    let body = json!({
+        "action": "opened",
+        "issue": {"number": 7, "title": "Build is red", "body": "CI fails on main",
+                  "html_url": "https://github.com/acme/app/issues/7",
+                  "user": {"login": "octocat"}, "assignees": []},
+        "repository": {"full_name": "acme/app"},
+        "sender": {"login": "octocat"}
+    })
+    .to_string()
+    .into_bytes();
+    let sig = github::signature(secret.as_bytes(), &body);
+    (
+        body,
+        vec![
+            ("content-type", "application/json".into()),
+            (github::EVENT_HEADER, "issues".into()),
+            (github::DELIVERY_HEADER, delivery.into()),
+            (github::SIGNATURE_HEADER, sig),
+        ],
+    )
+}
+
+/// Whether the engine's log (`dir/engine.log`) says it runs the company
+/// (after its router subscribed).
+pub fn engine_running(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("engine.log"))
+        .unwrap_or_default()
+        .contains("engine running")
+}
+
+/// `crewlet config import company.yaml --config cfg.yaml` in `dir`; panics
+/// unless it made revision 1.
+pub fn import_company(dir: &Path) {
+    let import = crewlet()
+        .args(["config", "import", "company.yaml", "--config", "cfg.yaml"])
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&import.stdout),
+        String::from_utf8_lossy(&import.stderr)
+    );
+    assert!(import.status.success(), "config import failed: {out}");
+    assert!(out.contains("as revision 1"), "{out}");
+}
+
+/// A Pulsar namespace `public/{prefix}-{uuid}` created through the admin
+/// REST API, deleted (forced) by [`PulsarNamespace::delete`].
+pub struct PulsarNamespace {
+    pub tenant: String,
+    pub name: String,
+    admin: String,
+}
+
+impl PulsarNamespace {
+    pub async fn create(prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        let admin = pulsar_admin_url();
+        let created = reqwest::Client::new()
+            .put(format!("{admin}/admin/v2/namespaces/public/{name}"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("pulsar admin: {e}"));
+        assert!(
+            created.status().is_success(),
+            "cannot create namespace public/{name}: {}",
+            created.status()
+        );
+        Self {
+            tenant: "public".into(),
+            name,
+            admin,
+        }
+    }
+
+    pub async fn delete(&self) {
+        let _ = reqwest::Client::new()
+            .delete(format!(
+                "{}/admin/v2/namespaces/{}/{}?force=true",
+                self.admin, self.tenant, self.name
+            ))
+            .send()
+            .await;
+    }
+}
+
+/// `dsn` (URL form) with `password` for its user, unless it has one; and
+/// the password the DSN ends up with.
+pub fn dsn_with_password(dsn: &str, password: &str) -> (String, String) {
+    let Some((scheme, rest)) = dsn.split_once("://") else {
+        panic!("not a URL DSN: {dsn}");
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return (
+            format!("{scheme}://postgres:{password}@{authority}{tail}"),
+            password.to_owned(),
+        );
+    };
+    if let Some((_, existing)) = userinfo.split_once(':')
+        && !existing.is_empty()
+    {
+        return (dsn.to_owned(), existing.to_owned());
+    }
+    let user = userinfo.split(':').next().unwrap_or(userinfo);
+    (
+        format!("{scheme}://{user}:{password}@{host}{tail}"),
+        password.to_owned(),
+    )
+}
