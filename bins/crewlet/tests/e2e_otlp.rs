@@ -60,7 +60,9 @@ fn names(spans: &[ReceivedSpan]) -> Vec<String> {
 /// The turn span itself (`turn_span`), not the consumer span of the same
 /// name that picked the inbox event up (that one has `event_type`).
 fn is_turn(s: &ReceivedSpan) -> bool {
-    s.name == "turn" && s.attributes.contains_key("role") && !s.attributes.contains_key("event_type")
+    s.name == "turn"
+        && s.attributes.contains_key("role")
+        && !s.attributes.contains_key("event_type")
 }
 
 /// Whether the trace's spans include everything the test looks for (the
@@ -253,7 +255,11 @@ roles:
         .iter()
         .find(|s| s.name.starts_with("llm "))
         .unwrap_or_else(|| panic!("no llm span: {listing:#?}"));
-    assert_eq!(llm_span.attr_str("model"), Some("fake-model"), "{llm_span:?}");
+    assert_eq!(
+        llm_span.attr_str("model"),
+        Some("fake-model"),
+        "{llm_span:?}"
+    );
 
     // Stored events and exported spans are the same tree.
     assert!(!events.is_empty());
