@@ -317,3 +317,88 @@ async fn postgres_events_survive_a_new_store_and_keep_payload_and_tags() -> anyh
     assert_eq!(got.map(|g| g.tags), Some(e.tags));
     Ok(())
 }
+
+#[tokio::test]
+async fn postgres_stores_llm_calls_on_both_write_paths_and_sums_them() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    use crewlet_store::testsuite::events::{phase_event, with_calls};
+    let store = PostgresEventStore::new(db.clone());
+    let appended = [
+        with_calls(phase_event("eng", "plan", "m", "t1", 10, 1), 3),
+        phase_event("eng", "execute", "m", "t1", 10, 1),
+        event().with_payload(serde_json::json!({"calls": 7})),
+    ];
+    let copied = [
+        with_calls(phase_event("eng", "plan", "m", "t2", 10, 1), 4),
+        phase_event("eng", "review", "m", "t2", 10, 1),
+    ];
+    store.append(&appended).await?;
+    assert_eq!(store.copy_in(&copied).await?, 2);
+
+    let client = db.client().await?;
+    let column = |id: Uuid| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT llm_calls FROM crewlet_events WHERE event_id = $1",
+                    &[&id],
+                )
+                .await
+                .map(|r| r.get::<_, Option<i32>>(0))
+        }
+    };
+    assert_eq!(column(appended[0].id).await?, Some(3));
+    assert_eq!(column(appended[1].id).await?, None, "no `calls`: NULL");
+    assert_eq!(column(appended[2].id).await?, None, "not a phase event");
+    assert_eq!(column(copied[0].id).await?, Some(4));
+    assert_eq!(column(copied[1].id).await?, None);
+
+    let b = store.token_breakdown(1).await?;
+    assert_eq!(b.total.calls, 3 + 1 + 4 + 1);
+    let turns: Vec<(String, u64)> = b
+        .by_turn
+        .iter()
+        .map(|g| (g.key.clone(), g.tokens.calls))
+        .collect();
+    assert_eq!(turns, vec![("t1".into(), 4), ("t2".into(), 5)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_token_rollup_index_covers_every_breakdown_column() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    let client = db.client().await?;
+    // With sequential and bitmap scans off, an index-only scan is the plan
+    // only if the partial index carries every column the breakdown reads.
+    client
+        .batch_execute("VACUUM ANALYZE crewlet_events")
+        .await?;
+    client
+        .batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        .await?;
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN SELECT phase, model, provider, auxiliary, turn_id, agent_id, agent_role,
+                            input_tokens, output_tokens, llm_calls
+             FROM crewlet_events
+             WHERE event_type = 'agent_phase_completed' AND event_time >= now() - INTERVAL '30 days'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let scans: Vec<&String> = plan.iter().filter(|l| l.contains("Scan")).collect();
+    assert!(!scans.is_empty(), "{plan:?}");
+    assert!(
+        scans.iter().all(|l| l.contains("Index Only Scan")),
+        "every partition should be read index-only:\n{}",
+        plan.join("\n")
+    );
+    Ok(())
+}

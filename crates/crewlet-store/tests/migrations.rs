@@ -264,3 +264,84 @@ async fn missing_database_server_is_a_clear_error() {
     );
     assert!(!err.contains("pw123"), "{err}");
 }
+
+#[tokio::test]
+async fn llm_calls_migration_backfills_recent_phase_events_from_their_payloads()
+-> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    let migration = MIGRATIONS
+        .iter()
+        .find(|m| m.name == "0006_event_llm_calls.sql")
+        .map(|m| m.sql)
+        .unwrap_or_else(|| panic!("0006_event_llm_calls.sql is not embedded"));
+    let client = db.client().await?;
+    // Back to the schema before 0006 (dropping the column drops the index
+    // that includes it), then rows as an older crewlet wrote them.
+    client
+        .batch_execute(
+            "ALTER TABLE crewlet_events DROP COLUMN llm_calls;
+             CREATE INDEX crewlet_events_token_rollup ON crewlet_events (event_time)
+                 INCLUDE (phase, input_tokens) WHERE event_type = 'agent_phase_completed';",
+        )
+        .await?;
+    let recent = chrono::Utc::now() - chrono::Duration::days(2);
+    let old = chrono::Utc::now() - chrono::Duration::days(60);
+    let rows: [(&str, chrono::DateTime<chrono::Utc>, serde_json::Value); 9] = [
+        ("number", recent, serde_json::json!({"calls": 4})),
+        ("fraction", recent, serde_json::json!({"calls": 2.7})),
+        ("string", recent, serde_json::json!({"calls": " 3 "})),
+        ("huge", recent, serde_json::json!({"calls": 1e12})),
+        ("negative", recent, serde_json::json!({"calls": -2})),
+        ("word", recent, serde_json::json!({"calls": "many"})),
+        ("absent", recent, serde_json::json!({"input_tokens": 5})),
+        ("old", old, serde_json::json!({"calls": 4})),
+        ("other_type", recent, serde_json::json!({"calls": 4})),
+    ];
+    for (name, at, payload) in &rows {
+        let event_type = if *name == "other_type" {
+            "task_started"
+        } else {
+            "agent_phase_completed"
+        };
+        client
+            .execute(
+                "INSERT INTO crewlet_events (event_time, event_id, event_type, source, category, summary, payload)
+                 VALUES ($1, gen_random_uuid(), $2, 't', 'system', $3, $4)",
+                &[at, &event_type, name, payload],
+            )
+            .await?;
+    }
+    client.batch_execute(migration).await?;
+    let got: std::collections::BTreeMap<String, Option<i32>> = client
+        .query("SELECT summary, llm_calls FROM crewlet_events", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let want: std::collections::BTreeMap<String, Option<i32>> = [
+        ("number", Some(4)),
+        ("fraction", Some(2)),
+        ("string", Some(3)),
+        ("huge", Some(i32::MAX)),
+        ("negative", None),
+        ("word", None),
+        ("absent", None),
+        ("old", None),
+        ("other_type", None),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(got, want);
+    let covering: bool = client
+        .query_one(
+            "SELECT pg_get_indexdef('crewlet_events_token_rollup'::regclass) LIKE '%llm_calls%'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(covering, "the rollup index should include llm_calls");
+    Ok(())
+}

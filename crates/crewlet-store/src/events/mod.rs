@@ -23,8 +23,8 @@ use uuid::Uuid;
 use crate::error::StoreError;
 
 pub use breakdown::{
-    MAX_BREAKDOWN_DAYS, MAX_TURNS_IN_BREAKDOWN, PhaseTokens, TokenBreakdown, TokenGroup,
-    TokenTotals,
+    MAX_BREAKDOWN_DAYS, MAX_PHASE_CALLS, MAX_TURNS_IN_BREAKDOWN, PhaseTokens, TokenBreakdown,
+    TokenGroup, TokenTotals,
 };
 pub use buffered::{BufferedEventStore, BufferedOptions};
 pub use composite::CompositeEventStore;

@@ -24,7 +24,7 @@ pub struct PostgresEventStore {
 pub const INSERT_COLUMNS: &str = "event_time, event_id, event_type, source, category, summary,
      agent_id, agent_role, task_id, channel_id, sender, trace_id, span_id, parent_span_id,
      delegation_depth, tags, payload, phase, model, provider, auxiliary, turn_id,
-     input_tokens, output_tokens";
+     input_tokens, output_tokens, llm_calls";
 
 const SELECT_COLUMNS: &str = "event_time, event_id, event_type, source, category, summary,
      agent_id, agent_role, task_id, channel_id, sender, trace_id, span_id, parent_span_id,
@@ -36,12 +36,12 @@ const INSERT_SQL: &str = "INSERT INTO crewlet_events (
      event_time, event_id, event_type, source, category, summary,
      agent_id, agent_role, task_id, channel_id, sender, trace_id, span_id, parent_span_id,
      delegation_depth, tags, payload, phase, model, provider, auxiliary, turn_id,
-     input_tokens, output_tokens)
+     input_tokens, output_tokens, llm_calls)
  SELECT * FROM unnest(
      $1::timestamptz[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
      $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
      $14::text[], $15::int4[], $16::jsonb[], $17::jsonb[], $18::text[], $19::text[],
-     $20::text[], $21::text[], $22::text[], $23::int8[], $24::int8[])
+     $20::text[], $21::text[], $22::text[], $23::int8[], $24::int8[], $25::int4[])
  ON CONFLICT DO NOTHING";
 
 /// An event flattened into its column values.
@@ -109,6 +109,17 @@ impl EventRow {
             i64::try_from(self.tokens.output_tokens).ok(),
         )
     }
+
+    /// The `llm_calls` column: the payload's `calls` of an
+    /// `agent_phase_completed` event, NULL when it has none (the breakdown
+    /// counts NULL as one call) and for every other type.
+    pub fn llm_calls(&self) -> Option<i32> {
+        if !self.is_phase {
+            return None;
+        }
+        // PhaseTokens caps calls at i32::MAX.
+        self.tokens.calls.and_then(|n| i32::try_from(n).ok())
+    }
 }
 
 impl PostgresEventStore {
@@ -162,6 +173,7 @@ impl PostgresEventStore {
             text,
             Type::INT8,
             Type::INT8,
+            Type::INT4,
         ];
         let writer = BinaryCopyInWriter::new(sink, &types);
         futures::pin_mut!(writer);
@@ -169,7 +181,8 @@ impl PostgresEventStore {
         for e in &events {
             let r = EventRow::from_event(e);
             let (input, output) = r.token_counts();
-            let row: [&(dyn ToSql + Sync); 24] = [
+            let calls = r.llm_calls();
+            let row: [&(dyn ToSql + Sync); 25] = [
                 &r.event_time,
                 &r.event_id,
                 &r.event_type,
@@ -194,6 +207,7 @@ impl PostgresEventStore {
                 &r.tokens.turn_id,
                 &input,
                 &output,
+                &calls,
             ];
             if let Err(e) = writer.as_mut().write(&row).await {
                 return Err(copy_err(e));
@@ -300,11 +314,12 @@ fn totals(r: &Row) -> Result<TokenTotals, StoreError> {
     })
 }
 
-/// Sums as BIGINT (numeric sums are cut at i64::MAX, never wrap).
+/// Sums as BIGINT (numeric sums are cut at i64::MAX, never wrap). Calls are
+/// the events' `llm_calls`, one for an event that did not say.
 const SUMS: &str = "least(coalesce(sum(input_tokens), 0), 9223372036854775807)::int8,
      least(coalesce(sum(output_tokens), 0), 9223372036854775807)::int8,
      least(coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0), 9223372036854775807)::int8,
-     count(*)::int8";
+     coalesce(sum(coalesce(llm_calls, 1)), 0)::int8";
 
 #[async_trait]
 impl EventStore for PostgresEventStore {
@@ -342,6 +357,7 @@ impl EventStore for PostgresEventStore {
         let turn_ids = col(|r| r.tokens.turn_id.clone());
         let (inputs, outputs): (Vec<Option<i64>>, Vec<Option<i64>>) =
             rows.iter().map(EventRow::token_counts).unzip();
+        let calls: Vec<Option<i32>> = rows.iter().map(EventRow::llm_calls).collect();
 
         let client = self.db.client().await?;
         let stmt = client
@@ -376,6 +392,7 @@ impl EventStore for PostgresEventStore {
                     &turn_ids,
                     &inputs,
                     &outputs,
+                    &calls,
                 ],
             )
             .await
@@ -479,7 +496,7 @@ impl EventStore for PostgresEventStore {
                     phase, model, max(provider), auxiliary, agent_key, max(agent_role), {SUMS}
              FROM (SELECT phase, model, provider, auxiliary, agent_role,
                           coalesce(agent_id, agent_role) AS agent_key,
-                          input_tokens, output_tokens
+                          input_tokens, output_tokens, llm_calls
                    FROM crewlet_events
                    WHERE event_type = 'agent_phase_completed' AND event_time >= $1) e
              GROUP BY GROUPING SETS ((), (phase), (model), (auxiliary), (agent_key))"

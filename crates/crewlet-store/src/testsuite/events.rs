@@ -40,6 +40,14 @@ pub fn phase_event(
         }))
 }
 
+/// `event` with `calls` (LLM completions) in its payload.
+pub fn with_calls(mut event: Event, calls: u64) -> Event {
+    if let Some(p) = event.payload.as_object_mut() {
+        p.insert("calls".into(), json!(calls));
+    }
+    event
+}
+
 pub async fn append_then_get_round_trips_the_full_envelope(store: Arc<dyn EventStore>) {
     let event = Event::new(EventType::AgentPhaseCompleted, "turn")
         .with_summary("plan done")
@@ -302,21 +310,32 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
     if let Some(p) = aux.payload.as_object_mut() {
         p.insert("auxiliary".into(), json!("diary_filter"));
     }
+    // `calls` is the LLM completions of a phase; an event without it (older
+    // or foreign producers) counts as one call.
     let events = vec![
-        at(phase_event("eng", "plan", "big", "t1", 100, 10), recent),
-        at(phase_event("eng", "execute", "big", "t1", 200, 20), recent),
+        at(
+            with_calls(phase_event("eng", "plan", "big", "t1", 100, 10), 2),
+            recent,
+        ),
+        at(
+            with_calls(phase_event("eng", "execute", "big", "t1", 200, 20), 2),
+            recent,
+        ),
         at(phase_event("eng", "review", "mini", "t1", 50, 5), recent),
         at(aux, recent),
-        at(phase_event("pm", "plan", "big", "t2", 1000, 100), recent),
+        at(
+            with_calls(phase_event("pm", "plan", "big", "t2", 1000, 100), 2),
+            recent,
+        ),
         // Outside a 1-day window, inside a 7-day one.
         at(
-            phase_event("pm", "plan", "big", "t3", 7, 7),
+            with_calls(phase_event("pm", "plan", "big", "t3", 7, 7), 2),
             now - Duration::days(3),
         ),
-        // Not a phase event: ignored.
+        // Not a phase event: ignored, `calls` included.
         at(
             Event::new(EventType::AgentTurnCompleted, "turn")
-                .with_payload(json!({"input_tokens": 999})),
+                .with_payload(json!({"input_tokens": 999, "calls": 9})),
             recent,
         ),
     ];
@@ -324,6 +343,7 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
 
     let b = ok(store.token_breakdown(1).await, "breakdown");
     assert_eq!(b.since_days, 1);
+    // 5 phase events in the window, 8 LLM calls: 2 + 2 + 1 + 1 + 2.
     assert_eq!(
         (
             b.total.input_tokens,
@@ -331,7 +351,7 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
             b.total.total_tokens,
             b.total.calls
         ),
-        (1355, 136, 1491, 5)
+        (1355, 136, 1491, 8)
     );
     let keys = |groups: &[crate::TokenGroup]| -> Vec<(String, u64, u64)> {
         groups
@@ -342,30 +362,36 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
     assert_eq!(
         keys(&b.by_phase),
         vec![
-            ("plan".into(), 1210, 2),
-            ("execute".into(), 220, 1),
+            ("plan".into(), 1210, 4),
+            ("execute".into(), 220, 2),
             ("review".into(), 55, 1),
             ("auxiliary".into(), 6, 1),
         ]
     );
     assert_eq!(
         keys(&b.by_model),
-        vec![("big".into(), 1430, 3), ("mini".into(), 61, 2)]
+        vec![("big".into(), 1430, 6), ("mini".into(), 61, 2)]
     );
     assert_eq!(b.by_model[0].label.as_deref(), Some("openai"));
     assert_eq!(keys(&b.by_auxiliary), vec![("diary_filter".into(), 6, 1)]);
     let pm = AgentId::for_seat("Conformance", "pm").to_string();
     let eng = AgentId::for_seat("Conformance", "eng").to_string();
-    assert_eq!(keys(&b.by_agent), vec![(pm, 1100, 1), (eng, 391, 4)]);
+    assert_eq!(keys(&b.by_agent), vec![(pm, 1100, 2), (eng, 391, 6)]);
     assert_eq!(b.by_agent[0].label.as_deref(), Some("pm"));
     assert_eq!(
         keys(&b.by_turn),
-        vec![("t2".into(), 1100, 1), ("t1".into(), 391, 4)]
+        vec![("t2".into(), 1100, 2), ("t1".into(), 391, 6)]
     );
 
     let week = ok(store.token_breakdown(7).await, "breakdown");
-    assert_eq!(week.total.calls, 6);
+    assert_eq!(week.total.calls, 10);
     assert_eq!(week.by_turn.len(), 3);
+    assert_eq!(
+        keys(&week.by_phase)[0],
+        ("plan".into(), 1224, 6),
+        "{:?}",
+        week.by_phase
+    );
 }
 
 pub async fn token_breakdown_accepts_1_to_30_days_only(store: Arc<dyn EventStore>) {
