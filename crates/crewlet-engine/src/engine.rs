@@ -5,7 +5,9 @@
 //! the MCP servers and register their tools, create one runtime per agent
 //! seat, publish `org_started`, subscribe each seat to its inbox
 //! (`crewlet.agent.{handle}.inbox`, group `agent-{handle}`) and publish
-//! `agent_spawned`, then start the notification router and the scheduler.
+//! `agent_spawned`, then start the notification router, the scheduler and
+//! the store maintenance task (partitions ahead, webhook claim GC:
+//! [`crate::maintenance`]).
 //!
 //! Shutdown ([`Engine::shutdown`]): stop taking work (turns not started go
 //! back to their inboxes), let running turns finish within the drain
@@ -37,6 +39,7 @@ use crate::backends::Backends;
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
 use crate::llm::{build_registry, role_llm};
+use crate::maintenance::{MAINTENANCE_INTERVAL, Maintenance};
 use crate::router::{NotificationRouter, RouterHandler};
 use crate::scheduler::{FiredTask, Scheduler};
 use crate::seat::{InboxHandler, SeatRuntime, TurnRuntime};
@@ -70,6 +73,13 @@ pub struct EngineOptions {
     pub stream_progress: bool,
     /// Where `${VAR}` references of providers and MCP servers are looked up.
     pub env: EnvLookup,
+    /// Store upkeep (partitions ahead, webhook claim GC) at boot and then
+    /// this often; `None` turns it off. Default 24 h ([`MAINTENANCE_INTERVAL`]).
+    pub maintenance_interval: Option<Duration>,
+    /// Whether that upkeep deletes old webhook delivery claims. Turn it off
+    /// when an API in the same process already does (`crewlet run` does so
+    /// when it serves the embedded API).
+    pub gc_webhook_deliveries: bool,
 }
 
 impl Default for EngineOptions {
@@ -82,6 +92,8 @@ impl Default for EngineOptions {
             run_scheduler: true,
             stream_progress: true,
             env: Arc::new(crewlet_config::process_env),
+            maintenance_interval: Some(MAINTENANCE_INTERVAL),
+            gc_webhook_deliveries: true,
         }
     }
 }
@@ -95,6 +107,8 @@ impl std::fmt::Debug for EngineOptions {
             .field("run_router", &self.run_router)
             .field("run_scheduler", &self.run_scheduler)
             .field("stream_progress", &self.stream_progress)
+            .field("maintenance_interval", &self.maintenance_interval)
+            .field("gc_webhook_deliveries", &self.gc_webhook_deliveries)
             .finish_non_exhaustive()
     }
 }
@@ -393,6 +407,12 @@ impl EngineBuilder {
         }
         *lock(&engine.shared.scheduler) = Some(scheduler.clone());
 
+        if let Some(every) = options.maintenance_interval {
+            let upkeep =
+                Maintenance::new(stores.clone()).gc_webhooks(options.gc_webhook_deliveries);
+            lock(&engine.shared.tasks).push(upkeep.spawn(every));
+        }
+
         engine.shared.ready.store(true, Ordering::Release);
         info!(
             company = %company.name,
@@ -631,6 +651,7 @@ impl Engine {
         let started = Instant::now();
         shared.ready.store(false, Ordering::Release);
         shared.runtime.start_draining();
+        // The scheduler and the store maintenance.
         for task in lock(&shared.tasks).drain(..) {
             task.abort();
         }

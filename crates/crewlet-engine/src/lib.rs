@@ -11,6 +11,8 @@
 //! - [`NotificationRouter`]: verified webhooks to exactly one seat's inbox.
 //! - [`Scheduler`]: cron schedules fired at most once per fire time.
 //! - Tools: `lookup_colleague` and the company's MCP tools.
+//! - [`Maintenance`]: store upkeep while the engine runs (weekly partitions
+//!   ahead, webhook claim GC), at boot and every 24 h.
 //! - [`run`]: `crewlet run` (backends from the bootstrap, company import,
 //!   embedded API, signals); [`admin`]: `crewlet config ...` and
 //!   `crewlet budgets ...`.
@@ -25,6 +27,7 @@ mod engine;
 mod error;
 mod hooks;
 mod llm;
+pub mod maintenance;
 mod recent;
 mod router;
 pub mod run;
@@ -43,6 +46,7 @@ pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummar
 pub use error::EngineError;
 pub use hooks::{Hook, TASK_STATE_EVENTS};
 pub use llm::{build_registry, role_llm};
+pub use maintenance::{MAINTENANCE_INTERVAL, Maintenance, MaintenanceReport};
 pub use router::{NotificationRouter, ROUTER_CLAIM_SOURCE, RouteRule, Routing};
 pub use run::{RunOptions, init_telemetry};
 pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};

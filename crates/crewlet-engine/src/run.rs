@@ -250,7 +250,11 @@ async fn serve(
         (None, None)
     };
 
-    let engine_options = EngineOptions::default();
+    let engine_options = EngineOptions {
+        // The embedded API deletes old webhook delivery claims itself.
+        gc_webhook_deliveries: api_task.is_none(),
+        ..EngineOptions::default()
+    };
     let mut shutdown = Box::pin(shutdown);
     let mut current = active_company(configs.as_ref()).await?;
     if current.is_none() {

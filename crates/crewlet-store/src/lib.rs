@@ -33,7 +33,7 @@ pub use events::{
 pub use migrate::{
     DEFAULT_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus, Migrator,
 };
-pub use partitions::{TimePartitioning, ensure_partitions};
+pub use partitions::{TimePartitioning, ensure_partitions, ensure_partitions_at};
 pub use repos::config_revisions::{
     ConfigRevision, ConfigRevisions, MemoryConfigRevisions, NewRevision, PostgresConfigRevisions,
 };

@@ -73,9 +73,17 @@ pub fn week_start(t: DateTime<Utc>) -> DateTime<Utc> {
 /// The maintenance call: makes sure the previous week (late events), the
 /// current week and `weeks_ahead` weeks after it have partitions. A no-op
 /// under TimescaleDB. Returns the names of the partitions it created. Safe to
-/// run from several processes at once.
+/// run from several processes at once. Run it daily (the engine does).
 pub async fn ensure_partitions(db: &Database, weeks_ahead: u32) -> Result<Vec<String>, StoreError> {
-    let now = Utc::now();
+    ensure_partitions_at(db, Utc::now(), weeks_ahead).await
+}
+
+/// [`ensure_partitions`] as if it were `now` (tests, clocks of one's own).
+pub async fn ensure_partitions_at(
+    db: &Database,
+    now: DateTime<Utc>,
+    weeks_ahead: u32,
+) -> Result<Vec<String>, StoreError> {
     ensure_partitions_between(
         db,
         now - Duration::weeks(1),
