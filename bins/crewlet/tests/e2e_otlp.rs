@@ -30,6 +30,8 @@ const ENGINE_SERVICE: &str = "crewlet-engine";
 /// The phases of the fake model's happy turn.
 const PHASES: [&str; 3] = ["phase plan", "phase execute", "phase review"];
 
+type SpanCheck = fn(&ReceivedSpan) -> bool;
+
 fn refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
@@ -227,7 +229,7 @@ roles:
         BTreeSet::from([API_SERVICE, ENGINE_SERVICE]),
         "{listing:#?}"
     );
-    let checks: [(&str, fn(&ReceivedSpan) -> bool); 5] = [
+    let checks: [(&str, SpanCheck); 5] = [
         ("routing", |s| s.name == "routing"),
         ("turn", is_turn),
         ("phase", |s| s.name.starts_with("phase ")),
