@@ -11,6 +11,10 @@
 //!   `public/crewlet-bench` and a fresh database. Skipped when the services
 //!   are not up (`cargo xtask services up`).
 //!
+//! `memory` runs twice: without a `tracing` subscriber, then with the
+//! `crewlet-telemetry` one installed (spans with OpenTelemetry ids, log lines
+//! to a sink, no exporter), which `standalone` keeps.
+//!
 //! Every request is a unique delivery (no dedupe hits). Bounded: it sends
 //! exactly `--requests` requests (plus `--warmup`) and stops.
 
@@ -245,7 +249,7 @@ async fn import(stores: &Stores) -> Result<()> {
     Ok(())
 }
 
-async fn embedded_memory(args: &Args) -> Result<Report> {
+async fn embedded_memory(args: &Args, label: &str) -> Result<Report> {
     let stores = Stores::memory();
     import(&stores).await?;
     let queue = MemoryQueue::standalone();
@@ -270,7 +274,7 @@ async fn embedded_memory(args: &Args) -> Result<Report> {
         })
         .await
     });
-    let report = measure("embedded, memory broker", &url, args).await;
+    let report = measure(label, &url, args).await;
     let _ = tx.send(());
     let _ = server.await;
     report
@@ -344,7 +348,7 @@ async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let report = measure(
-        "standalone, Pulsar + PostgreSQL",
+        "standalone, Pulsar + PostgreSQL, telemetry on",
         &format!("http://{addr}/webhooks/github"),
         args,
     )
@@ -360,7 +364,24 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let mut rows = Vec::new();
     if matches!(args.target.as_str(), "memory" | "all") {
-        rows.push(embedded_memory(&args).await?);
+        rows.push(embedded_memory(&args, "embedded, memory broker").await?);
+    }
+    // From here on, what a process runs with: the crewlet-telemetry
+    // subscriber (a `webhook` span per delivery, JSON lines at INFO to a
+    // sink), trace export off.
+    let _telemetry = crewlet_telemetry::try_init(
+        crewlet_telemetry::TelemetryOptions::new("crewlet-api-bench")
+            .ignore_env()
+            .with_writer(std::io::sink),
+    )?;
+    if matches!(args.target.as_str(), "memory" | "all") {
+        rows.push(
+            embedded_memory(
+                &args,
+                "embedded, memory broker, telemetry on (spans, no export)",
+            )
+            .await?,
+        );
     }
     if matches!(args.target.as_str(), "standalone" | "all")
         && let Some(r) = standalone_pulsar_postgres(&args).await?

@@ -2,7 +2,9 @@
 //! organization and the webhook secrets (with `${VAR}` expanded from the
 //! process environment). Reloaded when the active revision changes, by a
 //! background poll, after a write through this API, and on demand when a
-//! webhook arrives before any company is known.
+//! webhook arrives before any company is known. Each loaded secret is
+//! registered with `crewlet_telemetry::register_secret`, so no log line or
+//! exported span shows it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -52,6 +54,23 @@ pub(crate) struct WebhookSecrets {
 }
 
 impl WebhookSecrets {
+    /// Every expanded secret, as text.
+    pub fn values(&self) -> Vec<String> {
+        [
+            &self.github,
+            &self.gitlab_token,
+            &self.gitlab_signing,
+            &self.plane,
+            &self.jira,
+            &self.confluence,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.slack.values())
+        .map(|s| String::from_utf8_lossy(s.bytes()).into_owned())
+        .collect()
+    }
+
     fn from_company(company: &Company, org: &Organization, env: &EnvLookup) -> Self {
         let expand = |key: &str, raw: Option<&String>| -> Option<Secret> {
             let raw = raw?;
@@ -147,6 +166,8 @@ impl Snapshot {
         })?;
         let org = Arc::new(company.organization());
         let secrets = WebhookSecrets::from_company(&company, &org, env);
+        // Never in a log line or an exported span from now on.
+        crewlet_telemetry::register_secrets(secrets.values());
         let view = Arc::new(StaticEngineView::new(
             Some(org.clone()),
             Some(revision.revision_id),

@@ -27,13 +27,15 @@ impl Api {
         &self.state
     }
 
-    /// The axum router with every route, CORS and the JSON 404.
+    /// The axum router with every route, CORS, the JSON 404 and the request
+    /// span (DEBUG; webhooks have their own).
     pub fn router(&self) -> Router {
         let (router, _) = crate::routes::router().split_for_parts();
         let mut router = router
             .fallback(crate::routes::fallback)
             .method_not_allowed_fallback(crate::routes::method_not_allowed)
-            .with_state(self.state.clone());
+            .with_state(self.state.clone())
+            .layer(axum::middleware::from_fn(crate::routes::request_span));
         if let Some(cors) = crate::routes::cors(&self.state.inner().config.auth.allowed_origins) {
             router = router.layer(cors);
         }

@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewlet_config::{Bootstrap, LogFormat, QueueKind};
+use crewlet_config::{Bootstrap, Observability, QueueKind};
 use crewlet_core::Event;
 use crewlet_queue::{EventQueue, HandlerError, MemoryQueue, PublishListener};
 use crewlet_store::{BufferedEventStore, BufferedOptions, EventStore, MigrationOptions, Stores};
+use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
 
@@ -172,15 +173,20 @@ pub struct Options {
 }
 
 /// Everything a standalone binary does: load the bootstrap (file plus
-/// `CREWLET_*` overrides), set up logging, run until SIGINT or SIGTERM.
+/// `CREWLET_*` overrides), set up logs and traces ([`init_telemetry`]), run
+/// until SIGINT or SIGTERM, then flush the spans not yet exported.
 pub fn run_blocking(options: Options) -> Result<(), ApiError> {
     let bootstrap = Bootstrap::load(options.config.as_deref())?;
-    init_logging(&bootstrap, options.debug);
+    // Dropped last, after the runtime: the spans of the shutdown go out too.
+    let telemetry = init_telemetry(&bootstrap, options.debug);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ApiError::Runtime)?;
-    runtime.block_on(run(bootstrap, options.host, options.port))
+    let result = runtime.block_on(run(bootstrap, options.host, options.port));
+    drop(runtime);
+    telemetry.shutdown();
+    result
 }
 
 /// Runs the standalone API on `host:port` (host `None`: `api.host`) until
@@ -245,31 +251,25 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Sets up logging for a standalone process: `RUST_LOG` wins, then
-/// `observability.log_filter`, then `info` (`debug` with `--debug` or
-/// `debug: true`); JSON lines when stderr is not a terminal (or
-/// `log_format: json`). Does nothing if a subscriber is already set.
-pub fn init_logging(bootstrap: &Bootstrap, debug: bool) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let debug = debug || bootstrap.debug;
-    let default = bootstrap
-        .observability
-        .log_filter
-        .clone()
-        .unwrap_or_else(|| if debug { "debug".into() } else { "info".into() });
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let json = match bootstrap.observability.log_format {
-        LogFormat::Json => true,
-        LogFormat::Text => false,
-        LogFormat::Auto => !std::io::stderr().is_terminal(),
-    };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
+/// `service.name` of the standalone API's spans, unless
+/// `observability.service_name` names something else than the default.
+pub const SERVICE_NAME: &str = "crewlet-api";
+
+/// Logs and traces for a standalone process, through `crewlet-telemetry`:
+/// `RUST_LOG` wins, then `observability.log_filter`, then `info`, with DEBUG
+/// for Crewlet's own targets under `--debug` or `debug: true`; JSON lines
+/// when stderr is not a terminal (or `log_format: json`); the bootstrap's
+/// secrets (API tokens, database password, Pulsar token) redacted from every
+/// line and span; spans exported over OTLP/HTTP when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` or `observability.otlp_endpoint` is set,
+/// as [`SERVICE_NAME`] unless `observability.service_name` says otherwise.
+/// Keep the guard until the process ends: dropping it flushes the spans.
+/// A second call (a subscriber already installed) leaves the first in place.
+pub fn init_telemetry(bootstrap: &Bootstrap, debug: bool) -> TelemetryGuard {
+    let mut options =
+        TelemetryOptions::from_bootstrap(bootstrap).with_debug(debug || bootstrap.debug);
+    if bootstrap.observability.service_name == Observability::default().service_name {
+        options = options.with_service_name(SERVICE_NAME);
+    }
+    crewlet_telemetry::init(options)
 }

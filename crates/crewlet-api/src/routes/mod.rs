@@ -8,10 +8,14 @@ pub(crate) mod events;
 pub(crate) mod probes;
 pub(crate) mod webhooks;
 
+use axum::extract::Request;
 use axum::extract::rejection::QueryRejection;
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tracing::Instrument;
+use tracing::field::Empty;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
@@ -98,6 +102,31 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(webhooks::confluence_hook))
         .routes(routes!(webhooks::confluence_hook_for_seat))
         .routes(routes!(openapi_json))
+}
+
+/// A DEBUG `http` span around every request but the webhooks' (a delivery
+/// runs in its own `webhook` span, the root of the trace it starts), so a
+/// line logged while serving carries the method and path, and the span the
+/// status. Costs nothing unless DEBUG is on for `crewlet` (`--debug`).
+pub(crate) async fn request_span(request: Request, next: Next) -> Response {
+    if request.uri().path().starts_with("/webhooks/") {
+        return next.run(request).await;
+    }
+    let span = tracing::debug_span!(
+        target: "crewlet::http",
+        "http",
+        otel.name = %request.method(),
+        otel.kind = "server",
+        method = %request.method(),
+        path = request.uri().path(),
+        status = Empty,
+    );
+    if span.is_disabled() {
+        return next.run(request).await;
+    }
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("status", i64::from(response.status().as_u16()));
+    response
 }
 
 /// A bad query string as a JSON 400.

@@ -14,12 +14,11 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
-use crewlet_core::TraceContext;
 use crewlet_integrations::webhook::{confluence, github, gitlab, jira, plane, slack};
 use crewlet_integrations::{Inbound, Notification, Source, WebhookError};
 use crewlet_queue::topics;
 use serde::Serialize;
-use tracing::{debug, warn};
+use tracing::{Instrument, Span, debug, warn};
 use utoipa::ToSchema;
 
 use crate::company::Snapshot;
@@ -151,11 +150,32 @@ fn ok(source: Source, body: WebhookAccepted) -> Response {
     (status, Json(body)).into_response()
 }
 
+/// One delivery, in its `webhook {source}` span: the root of the trace the
+/// delivery starts (whatever span the server runs in), and the span whose
+/// ids the `raw_webhook` event carries.
 async fn handle(
     state: ApiState,
     source: Source,
     handle: Option<String>,
     request: Request,
+) -> HttpResult<Response> {
+    let span = crewlet_telemetry::webhook_span(source.as_str());
+    if !span.is_disabled()
+        && let Err(e) = crewlet_telemetry::detach_from_trace(&span)
+    {
+        debug!(error = %e, "webhook span not made a trace root");
+    }
+    receive_delivery(state, source, handle, request, &span)
+        .instrument(span.clone())
+        .await
+}
+
+async fn receive_delivery(
+    state: ApiState,
+    source: Source,
+    handle: Option<String>,
+    request: Request,
+    span: &Span,
 ) -> HttpResult<Response> {
     let inner = state.inner();
     let snapshot = match state.snapshot() {
@@ -218,6 +238,11 @@ async fn handle(
         source.as_str().to_owned(),
         notification.delivery_key.clone(),
     );
+    span.record("delivery_id", key.1.as_str());
+    span.record("event_type", notification.kind.as_str());
+    // `webhook_span` has no `handle` field; the seat goes on this line (and
+    // on the span's events in exported traces).
+    debug!(source = %source, handle = handle.as_deref(), delivery = %key.1, kind = %notification.kind, "webhook verified");
     if !claim(&state, &key).await {
         debug!(source = %source, delivery = %key.1, "duplicate webhook delivery");
         return Ok(ok(
@@ -231,7 +256,12 @@ async fn handle(
             },
         ));
     }
-    let event = to_event(*notification, handle, kept_headers(&parts.headers));
+    // Stamped in the webhook span: its trace id and span id are the span's.
+    let event = crewlet_telemetry::stamp(to_event(
+        *notification,
+        handle,
+        kept_headers(&parts.headers),
+    ));
     let (event_id, trace_id) = (event.id, event.trace_id);
     if let Err(e) = inner
         .queue
@@ -294,9 +324,7 @@ fn to_event(
         body,
         received_at: event.timestamp,
     };
-    event
-        .with_payload(serde_json::to_value(&payload).unwrap_or_default())
-        .with_trace(TraceContext::new_root())
+    event.with_payload(serde_json::to_value(&payload).unwrap_or_default())
 }
 
 macro_rules! webhook_routes {
