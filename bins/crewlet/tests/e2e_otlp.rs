@@ -206,7 +206,19 @@ roles:
     let all = receiver.spans();
     let spans = of_trace(&all, &trace_id);
     let listing = names(&spans);
-    let root = check_one_tree(&spans).unwrap_or_else(|e| panic!("{e}:\n{listing:#?}"));
+    let stored: Vec<String> = events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} <- {}",
+                e["type"].as_str().unwrap_or("?"),
+                e["span_id"].as_str().unwrap_or("?"),
+                e["parent_span_id"].as_str().unwrap_or("root")
+            )
+        })
+        .collect();
+    let root = check_one_tree(&spans)
+        .unwrap_or_else(|e| panic!("{e}:\nspans: {listing:#?}\nstored events: {stored:#?}"));
     assert!(
         root.name.starts_with("webhook"),
         "the root is the webhook span: {listing:#?}"
