@@ -32,10 +32,6 @@ const PHASES: [&str; 3] = ["phase plan", "phase execute", "phase review"];
 
 type SpanCheck = fn(&ReceivedSpan) -> bool;
 
-fn refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
-    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
-}
-
 fn of_trace(spans: &[ReceivedSpan], trace_id: &str) -> Vec<ReceivedSpan> {
     spans
         .iter()
@@ -127,24 +123,24 @@ roles:
     import_company(&dir);
 
     let endpoint = receiver.base_url();
-    let env = |service: &'static str| -> [(&'static str, String); 4] {
-        [
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "200".to_owned()),
-            ("CREWLET_OBSERVABILITY__SERVICE_NAME", service.to_owned()),
-            ("RUST_LOG", "info".to_owned()),
-        ]
-    };
-    let engine_env = env(ENGINE_SERVICE);
-    let api_env = env(API_SERVICE);
+    let exporting = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ("RUST_LOG", "info"),
+    ];
+    // The engine is named as docs/observability.md advises for the split
+    // processes; the standalone API is `crewlet-api` by default.
+    let mut engine_env = exporting.to_vec();
+    engine_env.push(("CREWLET_OBSERVABILITY__SERVICE_NAME", ENGINE_SERVICE));
+    let api_env = exporting.to_vec();
     let port = free_port();
     let port_arg = port.to_string();
-    let mut engine = Proc::spawn_env("engine", &dir, &["run", "cfg.yaml"], &refs(&engine_env));
+    let mut engine = Proc::spawn_env("engine", &dir, &["run", "cfg.yaml"], &engine_env);
     let mut api = Proc::spawn_env(
         "api",
         &dir,
         &["run", "api", "cfg.yaml", "--port", &port_arg],
-        &refs(&api_env),
+        &api_env,
     );
     let base = format!("http://127.0.0.1:{port}");
     wait_for(
