@@ -452,8 +452,11 @@ impl NotificationRouter {
         request.thread = n.thread.clone();
         request.url = n.url.clone();
         request.reason = Some(rule.as_str().to_owned());
-        let parent = Self::parent(event);
-        let router_span = parent.child();
+        // The routing span this runs in (exported), so the seat's turn nests
+        // under it; without a subscriber, ids of the same shape.
+        let router_span = crewlet_telemetry::current_trace_context()
+            .filter(|c| Some(c.trace_id) == event.trace_id)
+            .unwrap_or_else(|| Self::parent(event).child());
         let task = request.to_event(seat, &task_id, EVENT_SOURCE, Some(router_span));
         let inbox = topics::agent_inbox(handle).topic;
         let task = Arc::new(task);
@@ -508,10 +511,12 @@ impl NotificationRouter {
     }
 
     async fn record_skip(&self, event: &Event, raw: Option<&RawWebhook>, reason: String) {
-        let parent = Self::parent(event);
+        let routing = crewlet_telemetry::current_trace_context()
+            .filter(|c| Some(c.trace_id) == event.trace_id)
+            .unwrap_or_else(|| Self::parent(event).child());
         let mut skip = Event::new(EventType::NotificationSkipped, EVENT_SOURCE)
             .with_summary(format!("notification skipped: {reason}"))
-            .with_trace(parent.child())
+            .with_trace(routing)
             .with_payload(json!({
                 "reason": reason,
                 "webhook_event_id": event.id,

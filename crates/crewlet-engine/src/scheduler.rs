@@ -232,7 +232,15 @@ impl Scheduler {
         for entry in &self.entries {
             for at in entry.fires(after, until) {
                 let label = at.format("%Y-%m-%dT%H:%MZ").to_string();
-                let trace = TraceContext::new_root();
+                // One exported root span per fire: the tasks it publishes are
+                // emitted in it, so each target's turn nests under it.
+                let fire_span = tracing::info_span!(
+                    "schedule_fire",
+                    schedule = %entry.name,
+                    fire = %label
+                );
+                let trace = crewlet_telemetry::trace_context_of(&fire_span)
+                    .unwrap_or_else(TraceContext::new_root);
                 for handle in &entry.targets {
                     let Some(seat) = self.org.seat(handle) else {
                         continue;

@@ -227,34 +227,15 @@ impl EventHandler for InboxHandler {
             phase: None,
             trace_id: event.trace_id.map(|t| t.to_string()),
         });
-        // The turn continues the inbox event's trace in exported spans too.
-        let consume = crewlet_telemetry::span_from_event("turn", event);
-        let span = consume.in_scope(|| {
-            crewlet_telemetry::turn_span(
-                &self.seat.seat.agent_id.to_string(),
-                &self.seat.seat.name,
-                Some(&trigger.task_id),
-            )
-        });
+        // The inbox message's span: the turn engine's own `turn` span (with
+        // the token and duration fields) nests under it, continuing the trace.
+        let span = crewlet_telemetry::span_from_event("inbox", event);
         let outcome = self
             .runtime
             .turns
             .run_turn(&self.seat.profile, &trigger)
-            .instrument(span.clone())
+            .instrument(span)
             .await;
-        span.record("turn_id", outcome.turn_id.to_string());
-        span.record(
-            "llm_input_tokens",
-            i64::try_from(outcome.usage.input_tokens).unwrap_or(i64::MAX),
-        );
-        span.record(
-            "llm_output_tokens",
-            i64::try_from(outcome.usage.output_tokens).unwrap_or(i64::MAX),
-        );
-        span.record(
-            "duration_ms",
-            i64::try_from(outcome.duration.as_millis()).unwrap_or(i64::MAX),
-        );
         drop(permit);
         self.seat.handled.insert(event.id);
         drop(running);

@@ -61,17 +61,20 @@ impl TaskRequest {
         }
     }
 
-    /// The `task_created` event for `seat`, continuing `parent`'s trace (a
-    /// new trace when there is none). `task_id` names the task in every
-    /// event of the turn.
+    /// The `task_created` event for `seat`, stamped with the span it is
+    /// created in: `emitted_in`, else the current tracing span, else a new
+    /// trace. The seat's turn then nests under that (exported) span.
+    /// `task_id` names the task in every event of the turn.
     pub fn to_event(
         &self,
         seat: &Seat,
         task_id: &str,
         source: &str,
-        parent: Option<TraceContext>,
+        emitted_in: Option<TraceContext>,
     ) -> Event {
-        let trace = parent.map_or_else(TraceContext::new_root, |p| p.child());
+        let trace = emitted_in
+            .or_else(crewlet_telemetry::current_trace_context)
+            .unwrap_or_else(TraceContext::new_root);
         let mut summary: String = self.content.chars().take(120).collect();
         if self.content.chars().count() > 120 {
             summary.push_str("...");
@@ -151,11 +154,11 @@ mod tests {
         let mut req = TaskRequest::new("eng", "slack", "fix the build");
         req.channel = Some("C1".into());
         req.url = Some("https://x/1".into());
-        let parent = TraceContext::new_root();
-        let e = req.to_event(&seat(), "task-1", "engine.router", Some(parent));
+        let routing = TraceContext::new_root().child();
+        let e = req.to_event(&seat(), "task-1", "engine.router", Some(routing));
         assert_eq!(e.event_type, EventType::TaskCreated);
-        assert_eq!(e.trace_id, Some(parent.trace_id));
-        assert_eq!(e.parent_span_id, Some(parent.span_id));
+        // The task carries the span it was created in, unchanged.
+        assert_eq!(e.trace(), Some(routing));
         let back = TaskRequest::from_event(&e).unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(back, req);
         let t = back.trigger(&e);
