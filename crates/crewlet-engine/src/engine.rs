@@ -190,6 +190,13 @@ impl EngineBuilder {
         let options = self.options;
         let queue = self.queue;
         let stores = self.stores;
+        // Every credential of the company (model keys, webhook secrets, bot
+        // and account tokens) is redacted from logs and spans from now on,
+        // whether or not anything means to log it.
+        crewlet_telemetry::register_secrets(crewlet_telemetry::secrets_in_company(
+            &company,
+            |name| (options.env)(name),
+        ));
 
         let llm = match self.llm {
             Some(r) => r,

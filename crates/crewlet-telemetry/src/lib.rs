@@ -42,7 +42,7 @@ pub use error::TelemetryError;
 pub use init::{TelemetryGuard, build, init, try_init};
 pub use options::{
     OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, RUST_LOG, TRACES_PATH,
-    TelemetryOptions, secrets_in_bootstrap,
+    TelemetryOptions, secrets_in_bootstrap, secrets_in_company,
 };
 pub use redact::{
     MIN_SECRET_LEN, REDACTED, RedactingMakeWriter, RedactingWriter, Redactor, global_redactor,

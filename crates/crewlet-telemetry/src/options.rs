@@ -259,6 +259,56 @@ pub fn secrets_in_bootstrap(bootstrap: &Bootstrap) -> Vec<String> {
     out
 }
 
+/// Keys of a company file whose values are credentials (wherever they sit:
+/// providers, integrations, seats' accounts, MCP servers).
+const COMPANY_SECRET_KEYS: &[&str] = &[
+    "api_keys",
+    "token",
+    "bot_token",
+    "signing_secret",
+    "webhook_secret",
+    "webhook_token",
+    "password",
+    "api_key",
+];
+
+/// The secret values a company holds, with `${VAR}` references expanded
+/// through `env` (unset variables are skipped): model keys, webhook secrets,
+/// bot and account tokens. Register them with
+/// [`register_secrets`](crate::register_secrets) at boot, so no log line
+/// carries one even when nothing logs it on purpose.
+pub fn secrets_in_company(
+    company: &crewlet_config::Company,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    fn walk(v: &serde_json::Value, secret: bool, out: &mut Vec<serde_json::Value>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    walk(v, secret || COMPANY_SECRET_KEYS.contains(&k.as_str()), out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for v in items {
+                    walk(v, secret, out);
+                }
+            }
+            serde_json::Value::String(_) if secret => out.push(v.clone()),
+            _ => {}
+        }
+    }
+    let Ok(json) = serde_json::to_value(company) else {
+        return Vec::new();
+    };
+    let mut raw = Vec::new();
+    walk(&json, false, &mut raw);
+    raw.iter()
+        .filter_map(|v| v.as_str())
+        .filter_map(|s| crewlet_config::interpolate(s, &env).ok())
+        .filter(|s| !s.trim().is_empty())
+        .collect()
+}
+
 /// The password of a `postgres://user:password@host/db` URL, or of a
 /// `key=value` DSN's `password=`.
 fn dsn_password(dsn: &str) -> Option<String> {
@@ -272,6 +322,46 @@ fn dsn_password(dsn: &str) -> Option<String> {
         .find_map(|kv| kv.strip_prefix("password="))
         .map(|p| p.trim_matches('\'').to_owned())
         .filter(|p| !p.is_empty())
+}
+
+#[cfg(test)]
+mod company_secret_tests {
+    use super::*;
+
+    #[test]
+    fn company_credentials_are_found_and_expanded() {
+        let yaml = r#"
+name: Acme
+providers:
+  llm:
+    main: {type: openai, model: m, api_keys: ["${KEY_A}", "literal-key-b"]}
+integrations:
+  github: {webhook_secret: gh-hook-secret, token: "${GH_TOKEN}"}
+roles:
+  - name: Eng
+    handle: eng
+    integrations:
+      slack: {signing_secret: slack-sign, bot_token: xoxb-seat-token, bot_user_id: U1}
+"#;
+        let (company, _) =
+            crewlet_config::check_company("t.yaml", yaml).unwrap_or_else(|p| panic!("{p:?}"));
+        let env = |k: &str| match k {
+            "KEY_A" => Some("expanded-key-a".to_owned()),
+            _ => None,
+        };
+        let mut found = secrets_in_company(&company, env);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "expanded-key-a",
+                "gh-hook-secret",
+                "literal-key-b",
+                "slack-sign",
+                "xoxb-seat-token"
+            ]
+        );
+    }
 }
 
 #[cfg(test)]
