@@ -337,6 +337,11 @@ pub fn standalone_conf() -> String {
          listeningInterface=lo\n\
          allowLoopback=true\n\
          journalSyncData=false\n\
+         # the only bookie must not turn read-only because a shared disk is\n\
+         # mostly used by others (BookKeeper measures the whole filesystem)\n\
+         diskUsageThreshold=0.995\n\
+         diskUsageWarnThreshold=0.99\n\
+         diskUsageLwmThreshold=0.99\n\
          # topics and subscriptions live until deleted explicitly\n\
          allowAutoTopicCreation=true\n\
          allowAutoTopicCreationType=non-partitioned\n\
@@ -504,6 +509,7 @@ mod tests {
             "managedLedgerDefaultWriteQuorum=1",
             "managedLedgerDefaultAckQuorum=1",
             "listeningInterface=lo",
+            "diskUsageThreshold=0.995",
         ] {
             assert!(conf.lines().any(|l| l == line), "missing {line}");
         }
