@@ -69,7 +69,7 @@ async fn no_configured_secret_reaches_the_logs_of_a_full_turn() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 
-    let dir = temp_dir();
+    let dir = temp_dir("logs");
     let mcp_log = dir.join("mcp.jsonl");
     let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
     let port = free_port();
@@ -131,7 +131,7 @@ roles:
     );
     let base = format!("http://127.0.0.1:{port}");
     wait_for("the engine to be ready", &mut [&mut engine], || async {
-        (get(&format!("{base}/ready")).await.0 == 200).then_some(())
+        (get(&base, "/ready").await.0 == 200).then_some(())
     })
     .await;
     let (status, agents) = get_with_token(&base, "/agents", API_TOKEN).await;

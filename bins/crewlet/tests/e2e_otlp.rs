@@ -86,7 +86,7 @@ async fn one_webhook_is_one_exported_trace_across_api_and_engine() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 
-    let dir = temp_dir();
+    let dir = temp_dir("otlp");
     let mcp_log = dir.join("mcp.jsonl");
     let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
     let config = format!(
@@ -152,7 +152,7 @@ roles:
     wait_for(
         "the api to be ready",
         &mut [&mut engine, &mut api],
-        || async { (get(&format!("{base}/ready")).await.0 == 200).then_some(()) },
+        || async { (get(&base, "/ready").await.0 == 200).then_some(()) },
     )
     .await;
 
@@ -166,7 +166,7 @@ roles:
         "the turn to complete",
         &mut [&mut engine, &mut api],
         || async {
-            let (_, body) = get(&format!("{base}/events/trace/{trace_id}")).await;
+            let (_, body) = get(&base, &format!("/events/trace/{trace_id}")).await;
             let events = body["events"].as_array().cloned().unwrap_or_default();
             // The API process buffers its own writes (flushed every second).
             let done = events.iter().any(|e| e["type"] == "task_completed")

@@ -11,7 +11,6 @@
 mod common;
 
 use common::*;
-use crewlet_integrations::webhook::slack;
 use crewlet_test_support::database::FreshDatabase;
 use crewlet_test_support::fake_llm::FakeLlmServer;
 use crewlet_test_support::services::pulsar_admin_url;
@@ -42,7 +41,7 @@ async fn webhook_to_api_process_runs_a_turn_in_the_engine_process() {
     let llm = FakeLlmServer::start(script())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let dir = temp_dir();
+    let dir = temp_dir("split");
     let mcp_log = dir.join("mcp.jsonl");
     let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
     let config = format!(
@@ -106,29 +105,13 @@ roles:
     wait_for(
         "the api to be ready",
         &mut [&mut engine, &mut api],
-        || async { (get(&format!("{base}/ready")).await.0 == 200).then_some(()) },
+        || async { (get(&base, "/ready").await.0 == 200).then_some(()) },
     )
     .await;
 
-    let body = json!({
-        "type": "event_callback", "event_id": "Ev-split-1", "api_app_id": "AENG",
-        "event": {"type": "app_mention", "user": "U9", "text": "<@UENG> say hello",
-                  "channel": "C777", "ts": "1700000001.000200"}
-    })
-    .to_string();
-    let ts = chrono::Utc::now().timestamp().to_string();
-    let sig = slack::signature(SLACK_SECRET.as_bytes(), &ts, body.as_bytes());
-    let resp = http
-        .post(format!("{base}/webhooks/slack/eng"))
-        .header("content-type", "application/json")
-        .header(slack::TIMESTAMP_HEADER, &ts)
-        .header(slack::SIGNATURE_HEADER, sig)
-        .body(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(resp.status().as_u16(), 200);
-    let accepted: Value = resp.json().await.unwrap_or(Value::Null);
+    let (body, headers) = slack_mention(SLACK_SECRET, "Ev-split-1");
+    let (status, accepted) = post(&base, "/webhooks/slack/eng", body, &headers).await;
+    assert_eq!(status, 200);
     let trace_id = accepted["trace_id"].as_str().unwrap_or_default().to_owned();
     assert!(!trace_id.is_empty(), "{accepted}");
 
@@ -136,7 +119,7 @@ roles:
         "the turn to complete",
         &mut [&mut engine, &mut api],
         || async {
-            let (_, body) = get(&format!("{base}/events/trace/{trace_id}")).await;
+            let (_, body) = get(&base, &format!("/events/trace/{trace_id}")).await;
             let events = body["events"].as_array().cloned().unwrap_or_default();
             // The API process buffers its own writes (flushed every second).
             let done = events.iter().any(|e| e["type"] == "task_completed")

@@ -61,7 +61,7 @@ async fn bad_signatures_publish_nothing_and_a_repeated_delivery_is_one_task() {
     }
     let (status, answer) = post(&base, "/webhooks/slack/eng", body, &headers).await;
     assert_eq!(status, 401, "{answer}");
-    let (body, headers) = github_issue("gh-bad-1", "wrong-secret");
+    let (body, headers) = github_issue("wrong-secret", "gh-bad-1");
     let (status, answer) = post(&base, "/webhooks/github", body, &headers).await;
     assert_eq!(status, 401, "{answer}");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -73,7 +73,7 @@ async fn bad_signatures_publish_nothing_and_a_repeated_delivery_is_one_task() {
     assert_eq!(count(&base, "task_created").await, 0);
 
     // The same delivery twice (GitHub retries): accepted once.
-    let (body, headers) = github_issue("gh-delivery-1", GITHUB_SECRET);
+    let (body, headers) = github_issue(GITHUB_SECRET, "gh-delivery-1");
     let (status, first) = post(&base, "/webhooks/github", body.clone(), &headers).await;
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["accepted"], true, "{first}");

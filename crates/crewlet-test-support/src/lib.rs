@@ -10,6 +10,9 @@
 //!
 //! [`otlp_receiver`] (feature `otlp`) is an OTLP/HTTP trace receiver on
 //! 127.0.0.1 that records the spans exporters send it.
+//!
+//! [`e2e`] (feature `e2e`) holds what end-to-end tests share: signed Slack and
+//! GitHub webhook requests, `free_port`, `temp_dir`, HTTP `get` and `post`.
 
 #[cfg(feature = "fake-llm")]
 pub mod fake_llm;
@@ -20,3 +23,6 @@ pub mod database;
 
 #[cfg(feature = "otlp")]
 pub mod otlp_receiver;
+
+#[cfg(feature = "e2e")]
+pub mod e2e;

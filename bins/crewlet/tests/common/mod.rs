@@ -8,10 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crewlet_integrations::webhook::{github, slack};
+use crewlet_test_support::e2e::slack_signed;
+// Shared with the other end-to-end tests; not every test binary uses each one.
+#[allow(unused_imports)]
+pub use crewlet_test_support::e2e::{Signed, free_port, get, github_issue, post, temp_dir};
 use crewlet_test_support::fake_llm::{Reply, Script, When};
 use crewlet_test_support::services::pulsar_admin_url;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// How long any one wait of these tests may take.
 pub const WAIT: Duration = Duration::from_secs(90);
@@ -29,25 +32,6 @@ pub fn crewlet() -> Command {
         }
     }
     c
-}
-
-/// A fresh directory for one test.
-pub fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "crewlet-e2e-{}-{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir
-}
-
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A child process killed (SIGKILL) if the test ends without stopping it.
@@ -164,38 +148,6 @@ where
     }
 }
 
-/// `GET url`: status (0 when nothing answers) and JSON body.
-pub async fn get(url: &str) -> (u16, Value) {
-    match reqwest::get(url).await {
-        Ok(r) => {
-            let s = r.status().as_u16();
-            (s, r.json().await.unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
-
-/// `POST base+path` with `body` and `headers`: status and JSON body.
-pub async fn post(
-    base: &str,
-    path: &str,
-    body: Vec<u8>,
-    headers: &[(&'static str, String)],
-) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .body(body);
-    for (k, v) in headers {
-        req = req.header(*k, v);
-    }
-    let resp = req
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 /// One turn against the fake model: plan to post, call
 /// `chat__post_message` in `C777`, say so, review done ([`TURN_USAGE`]).
 pub fn script() -> Script {
@@ -230,7 +182,7 @@ pub fn script() -> Script {
 }
 
 /// A Slack `app_mention` of `UENG` in `C777`, signed now with `secret`.
-pub fn slack_mention(secret: &str, event_id: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
+pub fn slack_mention(secret: &str, event_id: &str) -> Signed {
     let body = json!({
         "type": "event_callback", "event_id": event_id, "api_app_id": "AENG",
         "event": {"type": "app_mention", "user": "U9", "text": "<@UENG> say hello",
@@ -238,40 +190,7 @@ pub fn slack_mention(secret: &str, event_id: &str) -> (Vec<u8>, Vec<(&'static st
     })
     .to_string()
     .into_bytes();
-    let ts = chrono::Utc::now().timestamp().to_string();
-    let sig = slack::signature(secret.as_bytes(), &ts, &body);
-    (
-        body,
-        vec![
-            ("content-type", "application/json".into()),
-            (slack::TIMESTAMP_HEADER, ts),
-            (slack::SIGNATURE_HEADER, sig),
-        ],
-    )
-}
-
-/// A GitHub `issues.opened` on `acme/app`, signed with `secret`.
-pub fn github_issue(secret: &str, delivery: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
-    let body = json!({
-        "action": "opened",
-        "issue": {"number": 7, "title": "Build is red", "body": "CI fails on main",
-                  "html_url": "https://github.com/acme/app/issues/7",
-                  "user": {"login": "octocat"}, "assignees": []},
-        "repository": {"full_name": "acme/app"},
-        "sender": {"login": "octocat"}
-    })
-    .to_string()
-    .into_bytes();
-    let sig = github::signature(secret.as_bytes(), &body);
-    (
-        body,
-        vec![
-            ("content-type", "application/json".into()),
-            (github::EVENT_HEADER, "issues".into()),
-            (github::DELIVERY_HEADER, delivery.into()),
-            (github::SIGNATURE_HEADER, sig),
-        ],
-    )
+    slack_signed(secret, body)
 }
 
 /// Whether the engine's log (`dir/engine.log`) says it runs the company

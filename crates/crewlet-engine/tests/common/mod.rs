@@ -7,7 +7,10 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crewlet_integrations::webhook::{github, slack};
+use crewlet_test_support::e2e::slack_signed;
+// Shared with the other end-to-end tests; not every test binary uses each one.
+#[allow(unused_imports)]
+pub use crewlet_test_support::e2e::{Signed, free_port, get, github_issue, post, temp_dir};
 use crewlet_test_support::fake_llm::{Reply, Script, When};
 use serde_json::{Value, json};
 
@@ -84,26 +87,6 @@ pub fn fake_mcp_bin() -> PathBuf {
     crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("fake mcp server: {e}"))
 }
 
-/// A fresh directory for one test.
-pub fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "crewlet-engine-e2e-{}-{test}-{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    std::fs::create_dir_all(&dir)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-    dir
-}
-
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
-
 /// A company with a CEO and an Engineering unit whose lead `eng` runs the
 /// per-role MCP server `chat` (the fake server) as `eng-bot`.
 pub fn company_yaml(name: &str, llm_base_url: &str, mcp_log: &Path) -> String {
@@ -153,7 +136,7 @@ units:
 }
 
 /// A Slack `app_mention` for the `eng` seat, signed now.
-pub fn slack_mention(event_id: &str, channel: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
+pub fn slack_mention(event_id: &str, channel: &str) -> Signed {
     let body = json!({
         "type": "event_callback",
         "event_id": event_id,
@@ -169,70 +152,7 @@ pub fn slack_mention(event_id: &str, channel: &str) -> (Vec<u8>, Vec<(&'static s
     })
     .to_string()
     .into_bytes();
-    let ts = chrono::Utc::now().timestamp().to_string();
-    let sig = slack::signature(SLACK_SECRET.as_bytes(), &ts, &body);
-    (
-        body,
-        vec![
-            ("content-type", "application/json".into()),
-            (slack::TIMESTAMP_HEADER, ts),
-            (slack::SIGNATURE_HEADER, sig),
-        ],
-    )
-}
-
-/// A GitHub `issues.opened` on `acme/app`, signed with `secret`.
-pub fn github_issue(delivery: &str, secret: &str) -> (Vec<u8>, Vec<(&'static str, String)>) {
-    let body = json!({
-        "action": "opened",
-        "issue": {"number": 7, "title": "Build is red", "body": "CI fails on main",
-                  "html_url": "https://github.com/acme/app/issues/7",
-                  "user": {"login": "octocat"}, "assignees": []},
-        "repository": {"full_name": "acme/app"},
-        "sender": {"login": "octocat"}
-    })
-    .to_string()
-    .into_bytes();
-    let sig = github::signature(secret.as_bytes(), &body);
-    (
-        body,
-        vec![
-            ("content-type", "application/json".into()),
-            (github::EVENT_HEADER, "issues".into()),
-            (github::DELIVERY_HEADER, delivery.into()),
-            (github::SIGNATURE_HEADER, sig),
-        ],
-    )
-}
-
-pub async fn post(
-    base: &str,
-    path: &str,
-    body: Vec<u8>,
-    headers: &[(&'static str, String)],
-) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let mut req = client.post(format!("{base}{path}")).body(body);
-    for (k, v) in headers {
-        req = req.header(*k, v);
-    }
-    let resp = req
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-    let status = resp.status().as_u16();
-    let json = resp.json::<Value>().await.unwrap_or(Value::Null);
-    (status, json)
-}
-
-pub async fn get(base: &str, path: &str) -> (u16, Value) {
-    match reqwest::get(format!("{base}{path}")).await {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
+    slack_signed(SLACK_SECRET, body)
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
