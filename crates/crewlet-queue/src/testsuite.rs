@@ -2,7 +2,7 @@
 //! must keep. Run it with [`conformance_tests!`](crate::conformance_tests),
 //! which makes one `#[tokio::test]` per case:
 //!
-//! ```ignore
+//! ```text
 //! crewlet_queue::conformance_tests!(Some(MyFactory::new()));
 //! ```
 //!
