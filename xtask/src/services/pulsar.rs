@@ -348,6 +348,8 @@ pub fn standalone_conf() -> String {
          allowAutoSubscriptionCreation=true\n\
          brokerDeleteInactiveTopicsEnabled=false\n\
          subscriptionExpirationTimeMinutes=0\n\
+         # tests drop their throwaway namespaces with ?force=true\n\
+         forceDeleteNamespaceAllowed=true\n\
          # no auth, no TLS, no functions: loopback-only dev/CI broker\n\
          authenticationEnabled=false\n\
          authorizationEnabled=false\n\
