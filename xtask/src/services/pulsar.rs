@@ -4,7 +4,7 @@
 //! [`Layout::pulsar_jars`]; the JVM runs detached (its own session), logs to
 //! [`Layout::pulsar_log`] and is tracked through [`Layout::pulsar_pid`].
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -405,11 +405,18 @@ fn spawn(layout: &Layout) -> Result<Child> {
         .try_clone()
         .with_context(|| format!("cannot reopen {}", log_path.display()))?;
     let classpath = format!("{}/*", layout.pulsar_jars().display());
+    // The JVM unpacks native libraries (RocksDB: 13 MB) into java.io.tmpdir
+    // and leaves them behind when killed: keep them in our own folder,
+    // emptied at every start, instead of /tmp.
+    let jvm_tmp = layout.pulsar_dir().join("tmp");
+    let _ = fs::remove_dir_all(&jvm_tmp);
+    fs::create_dir_all(&jvm_tmp).with_context(|| format!("cannot create {}", jvm_tmp.display()))?;
     // `setsid` execs java in place (we are not a process-group leader), so the
     // pid we get is the JVM's.
     let mut java = Command::new("setsid");
     java.arg("java")
         .args(PULSAR_JVM_OPTIONS)
+        .arg(format!("-Djava.io.tmpdir={}", jvm_tmp.display()))
         .arg(format!(
             "-Dlog4j.configurationFile={}",
             layout.pulsar_log4j().display()

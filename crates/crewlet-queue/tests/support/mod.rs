@@ -103,7 +103,11 @@ impl ThrowawayPulsar {
             .create(true)
             .append(true)
             .open(self.dir.join("pulsar.log"))?;
+        // Native libraries unpack here, not in /tmp, and go with the broker's dir.
+        let jvm_tmp = self.dir.join("tmp");
+        fs::create_dir_all(&jvm_tmp)?;
         let mut java = Command::new("java");
+        java.arg(format!("-Djava.io.tmpdir={}", jvm_tmp.display()));
         java.args([
             "--add-opens",
             "java.base/java.nio=ALL-UNNAMED",
