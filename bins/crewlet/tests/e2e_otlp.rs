@@ -80,47 +80,10 @@ async fn one_webhook_is_one_exported_trace_across_api_and_engine() {
     let pulsar = crewlet_test_support::require!(pulsar);
     let admin_dsn = crewlet_test_support::require!(postgres);
     let db = FreshDatabase::create(&admin_dsn).await;
-    let namespace = PulsarNamespace::create("e2e-otlp").await;
     let receiver = OtlpReceiver::start().unwrap_or_else(|e| panic!("otlp receiver: {e}"));
     let llm = FakeLlmServer::start(script())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-
-    let dir = temp_dir("otlp");
-    let mcp_log = dir.join("mcp.jsonl");
-    let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
-    let config = format!(
-        "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar}\"\n    tenant: {tenant}\n    namespace: \"{ns}\"\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: 0\n",
-        tenant = namespace.tenant,
-        ns = namespace.name,
-        dsn = db.dsn
-    );
-    std::fs::write(dir.join("cfg.yaml"), config).unwrap_or_else(|e| panic!("{e}"));
-    let company = format!(
-        r#"name: "OTLP Co {ns}"
-providers:
-  llm:
-    fake: {{type: openai-compatible, model: fake-model, base_url: "{base}", timeout_seconds: 30}}
-mcp_servers:
-  chat:
-    scope: per_role
-    command: "{bin}"
-    env: {{FAKE_MCP_LOG: "{log}"}}
-roles:
-  - name: Engineer
-    handle: eng
-    mcp_servers: [chat]
-    mcp_env: {{FAKE_MCP_IDENTITY: eng-bot}}
-    integrations:
-      slack: {{signing_secret: "{SLACK_SECRET}", bot_user_id: UENG}}
-"#,
-        ns = namespace.name,
-        base = llm.openai_base_url(),
-        bin = fake_mcp.display(),
-        log = mcp_log.display(),
-    );
-    std::fs::write(dir.join("company.yaml"), company).unwrap_or_else(|e| panic!("{e}"));
-    import_company(&dir);
 
     let endpoint = receiver.base_url();
     let exporting = [
@@ -132,29 +95,18 @@ roles:
     // processes; the standalone API is `crewlet-api` by default.
     let mut engine_env = exporting.to_vec();
     engine_env.push(("CREWLET_OBSERVABILITY__SERVICE_NAME", ENGINE_SERVICE));
-    let api_env = exporting.to_vec();
-    let port = free_port();
-    let port_arg = port.to_string();
-    let mut engine = Proc::spawn_env("engine", &dir, &["run", "cfg.yaml"], &engine_env);
-    let mut api = Proc::spawn_env(
-        "api",
-        &dir,
-        &["run", "api", "cfg.yaml", "--port", &port_arg],
-        &api_env,
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for(
-        "the engine to run the company",
-        &mut [&mut engine, &mut api],
-        || async { engine_running(&dir).then_some(()) },
-    )
+    let base_url = llm.openai_base_url();
+    let mut split = SplitDeployment::start(SplitOptions {
+        name: "otlp",
+        pulsar_url: &pulsar,
+        dsn: &db.dsn,
+        llm_base_url: &base_url,
+        slack_secret: SLACK_SECRET,
+        engine_env: &engine_env,
+        api_env: &exporting,
+    })
     .await;
-    wait_for(
-        "the api to be ready",
-        &mut [&mut engine, &mut api],
-        || async { (get(&base, "/ready").await.0 == 200).then_some(()) },
-    )
-    .await;
+    let base = split.base.clone();
 
     let (body, headers) = slack_mention(SLACK_SECRET, "Ev-otlp-1");
     let (status, accepted) = post(&base, "/webhooks/slack/eng", body, &headers).await;
@@ -162,19 +114,7 @@ roles:
     let trace_id = accepted["trace_id"].as_str().unwrap_or_default().to_owned();
     assert_eq!(trace_id.len(), 32, "{accepted}");
 
-    let events = wait_for(
-        "the turn to complete",
-        &mut [&mut engine, &mut api],
-        || async {
-            let (_, body) = get(&base, &format!("/events/trace/{trace_id}")).await;
-            let events = body["events"].as_array().cloned().unwrap_or_default();
-            // The API process buffers its own writes (flushed every second).
-            let done = events.iter().any(|e| e["type"] == "task_completed")
-                && events.iter().any(|e| e["type"] == "raw_webhook");
-            done.then_some(events)
-        },
-    )
-    .await;
+    let events = split.completed_trace(&trace_id).await;
 
     // Spans are exported as they end, in batches; wait for the whole tree.
     let waited = tokio::task::block_in_place(|| {
@@ -184,19 +124,24 @@ roles:
         panic!(
             "the trace's spans did not all arrive: {e}\nof trace {trace_id}: {:#?}\nengine log:\n{}\napi log:\n{}",
             names(&of_trace(&e.spans, &trace_id)),
-            engine.log(),
-            api.log()
+            split.engine.log(),
+            split.api.log()
         );
     }
 
     // Stopped with SIGTERM, both flush what is left before exiting.
     assert_eq!(
-        engine.stop().await,
+        split.engine.stop().await,
         Some(0),
         "engine exit:\n{}",
-        engine.log()
+        split.engine.log()
     );
-    assert_eq!(api.stop().await, Some(0), "api exit:\n{}", api.log());
+    assert_eq!(
+        split.api.stop().await,
+        Some(0),
+        "api exit:\n{}",
+        split.api.log()
+    );
     assert_eq!(receiver.rejected(), 0, "the receiver rejected exports");
 
     let all = receiver.spans();
@@ -300,6 +245,5 @@ roles:
         "raw_webhook is stamped in the webhook span"
     );
 
-    namespace.delete().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    split.clean_up().await;
 }

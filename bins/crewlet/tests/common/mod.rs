@@ -284,3 +284,130 @@ pub fn dsn_with_password(dsn: &str, password: &str) -> (String, String) {
         password.to_owned(),
     )
 }
+
+/// The split deployment as two real processes: `crewlet run cfg.yaml`
+/// (engine, `api.port: 0`) and `crewlet run api cfg.yaml --port P`, on a
+/// fresh Pulsar namespace and the database at `dsn`, with one Engineer seat
+/// (`eng`) whose Slack app signs with `slack_secret`, the fake model at
+/// `llm_base_url` and the fake MCP server logging to `mcp_log`.
+pub struct SplitDeployment {
+    pub dir: PathBuf,
+    pub mcp_log: PathBuf,
+    pub namespace: PulsarNamespace,
+    pub engine: Proc,
+    pub api: Proc,
+    /// `http://127.0.0.1:{port}` of the API process.
+    pub base: String,
+}
+
+/// What differs between the split-deployment tests.
+pub struct SplitOptions<'a> {
+    pub name: &'a str,
+    pub pulsar_url: &'a str,
+    pub dsn: &'a str,
+    pub llm_base_url: &'a str,
+    pub slack_secret: &'a str,
+    pub engine_env: &'a [(&'a str, &'a str)],
+    pub api_env: &'a [(&'a str, &'a str)],
+}
+
+impl SplitDeployment {
+    /// Writes the files, imports the company, starts both processes and
+    /// waits until the engine runs the company and the API is ready.
+    pub async fn start(o: SplitOptions<'_>) -> Self {
+        let namespace = PulsarNamespace::create(&format!("e2e-{}", o.name)).await;
+        let dir = temp_dir(o.name);
+        let mcp_log = dir.join("mcp.jsonl");
+        let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
+        let config = format!(
+            "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar}\"\n    tenant: {tenant}\n    namespace: \"{ns}\"\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: 0\n",
+            pulsar = o.pulsar_url,
+            tenant = namespace.tenant,
+            ns = namespace.name,
+            dsn = o.dsn
+        );
+        std::fs::write(dir.join("cfg.yaml"), config).unwrap_or_else(|e| panic!("{e}"));
+        let company = format!(
+            r#"name: "{name} Co {ns}"
+providers:
+  llm:
+    fake: {{type: openai-compatible, model: fake-model, base_url: "{base}", timeout_seconds: 30}}
+mcp_servers:
+  chat:
+    scope: per_role
+    command: "{bin}"
+    env: {{FAKE_MCP_LOG: "{log}"}}
+roles:
+  - name: Engineer
+    handle: eng
+    mcp_servers: [chat]
+    mcp_env: {{FAKE_MCP_IDENTITY: eng-bot}}
+    integrations:
+      slack: {{signing_secret: "{secret}", bot_user_id: UENG}}
+"#,
+            name = o.name,
+            ns = namespace.name,
+            base = o.llm_base_url,
+            bin = fake_mcp.display(),
+            log = mcp_log.display(),
+            secret = o.slack_secret,
+        );
+        std::fs::write(dir.join("company.yaml"), company).unwrap_or_else(|e| panic!("{e}"));
+        import_company(&dir);
+
+        let port = free_port();
+        let port_arg = port.to_string();
+        let mut engine = Proc::spawn_env("engine", &dir, &["run", "cfg.yaml"], o.engine_env);
+        let mut api = Proc::spawn_env(
+            "api",
+            &dir,
+            &["run", "api", "cfg.yaml", "--port", &port_arg],
+            o.api_env,
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        wait_for(
+            "the engine to run the company",
+            &mut [&mut engine, &mut api],
+            || async { engine_running(&dir).then_some(()) },
+        )
+        .await;
+        wait_for(
+            "the api to be ready",
+            &mut [&mut engine, &mut api],
+            || async { (get(&base, "/ready").await.0 == 200).then_some(()) },
+        )
+        .await;
+        Self {
+            dir,
+            mcp_log,
+            namespace,
+            engine,
+            api,
+            base,
+        }
+    }
+
+    /// The events of `trace_id` once its turn completed and the API's own
+    /// `raw_webhook` (buffered, flushed every second) is stored too.
+    pub async fn completed_trace(&mut self, trace_id: &str) -> Vec<serde_json::Value> {
+        let base = self.base.clone();
+        wait_for(
+            "the turn to complete",
+            &mut [&mut self.engine, &mut self.api],
+            || async {
+                let (_, body) = get(&base, &format!("/events/trace/{trace_id}")).await;
+                let events = body["events"].as_array().cloned().unwrap_or_default();
+                let done = events.iter().any(|e| e["type"] == "task_completed")
+                    && events.iter().any(|e| e["type"] == "raw_webhook");
+                done.then_some(events)
+            },
+        )
+        .await
+    }
+
+    /// Drops the namespace and the folder (the processes stop on drop).
+    pub async fn clean_up(self) {
+        self.namespace.delete().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
