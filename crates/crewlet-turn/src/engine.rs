@@ -666,21 +666,25 @@ impl TurnEngine {
             let attempt = self
                 .attempt(t, span, iteration, brief, provider.as_ref(), stats)
                 .await;
+            let ok = attempt.is_ok();
+            // A provider that fails with a next one in the chain hands the
+            // phase over; every other ending completes the phase here, once.
+            let falls_back = matches!(&attempt, Err(TurnError::Llm(_))) && providers.len() > i + 1;
+            if !falls_back {
+                self.phase_completed(
+                    t,
+                    span,
+                    phase,
+                    iteration,
+                    provider.as_ref(),
+                    stats,
+                    started,
+                    ok,
+                )
+                .await;
+            }
             let err = match attempt {
-                Ok(result) => {
-                    self.phase_completed(
-                        t,
-                        span,
-                        phase,
-                        iteration,
-                        provider.as_ref(),
-                        stats,
-                        started,
-                        true,
-                    )
-                    .await;
-                    return Ok(result);
-                }
+                Ok(result) => return Ok(result),
                 Err(e) => e,
             };
             match err {
@@ -699,33 +703,11 @@ impl TurnEngine {
                         .await;
                         continue;
                     }
-                    self.phase_completed(
-                        t,
-                        span,
-                        phase,
-                        iteration,
-                        provider.as_ref(),
-                        stats,
-                        started,
-                        false,
-                    )
-                    .await;
                     return Err(self
                         .unavailable(t, span, phase, iteration, &chain.names(), &e)
                         .await);
                 }
                 TurnError::BudgetExhausted { refusal } => {
-                    self.phase_completed(
-                        t,
-                        span,
-                        phase,
-                        iteration,
-                        provider.as_ref(),
-                        stats,
-                        started,
-                        false,
-                    )
-                    .await;
                     self.emit(
                         t,
                         EventType::BudgetExhausted,
@@ -751,17 +733,6 @@ impl TurnEngine {
                     });
                 }
                 other => {
-                    self.phase_completed(
-                        t,
-                        span,
-                        phase,
-                        iteration,
-                        provider.as_ref(),
-                        stats,
-                        started,
-                        false,
-                    )
-                    .await;
                     return Err(TurnFailure::guard(GuardKind::Unhandled, other.to_string()));
                 }
             }
