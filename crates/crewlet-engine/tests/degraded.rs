@@ -11,25 +11,10 @@ use std::time::Duration;
 use common::*;
 use crewlet_api::{AgentState, EngineView};
 use crewlet_config::Company;
-use crewlet_core::{Event, EventType};
+use crewlet_core::EventType;
 use crewlet_engine::{Backends, EngineBuilder, EngineOptions};
-use crewlet_store::{EventQuery, Stores};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-async fn events_of(stores: &Stores, event_type: EventType) -> Vec<Event> {
-    let query = EventQuery {
-        event_type: Some(event_type),
-        limit: Some(500),
-        ..EventQuery::default()
-    };
-    stores
-        .events
-        .recent(&query)
-        .await
-        .map(|p| p.events)
-        .unwrap_or_default()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_mcp_server_is_skipped_and_the_rest_keep_working() {

@@ -4,17 +4,17 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use crewlet_api::AgentState;
 use crewlet_config::Company;
-use crewlet_core::{Event, EventType};
+use crewlet_core::EventType;
 use crewlet_engine::{Backends, Engine, EngineBuilder, EngineOptions};
 use crewlet_queue::{MemoryBroker, topics};
-use crewlet_store::{EventQuery, Stores};
+use crewlet_store::Stores;
 use crewlet_test_support::fake_llm::FakeLlmServer;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -35,29 +35,6 @@ fn options() -> EngineOptions {
         stream_progress: false,
         ..EngineOptions::default()
     }
-}
-
-async fn events_of(stores: &Stores, event_type: EventType) -> Vec<Event> {
-    let query = EventQuery {
-        event_type: Some(event_type),
-        limit: Some(500),
-        ..EventQuery::default()
-    };
-    stores
-        .events
-        .recent(&query)
-        .await
-        .map(|p| p.events)
-        .unwrap_or_default()
-}
-
-fn per_task(events: &[Event]) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for e in events {
-        *out.entry(e.task_id.clone().unwrap_or_default())
-            .or_insert(0) += 1;
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,43 +4,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use crewlet_config::Company;
-use crewlet_core::{Event, EventType};
+use crewlet_core::EventType;
 use crewlet_engine::{Backends, EngineBuilder, EngineOptions};
 use crewlet_queue::{EventQueue, PulsarOptions, PulsarQueue};
-use crewlet_store::{EventQuery, Stores};
+use crewlet_store::Stores;
 use crewlet_test_support::fake_llm::FakeLlmServer;
 use crewlet_test_support::services::pulsar_admin_url;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-async fn events_of(stores: &Stores, event_type: EventType) -> Vec<Event> {
-    let query = EventQuery {
-        event_type: Some(event_type),
-        limit: Some(500),
-        ..EventQuery::default()
-    };
-    stores
-        .events
-        .recent(&query)
-        .await
-        .map(|p| p.events)
-        .unwrap_or_default()
-}
-
-fn per_task(events: &[Event]) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for e in events {
-        *out.entry(e.task_id.clone().unwrap_or_default())
-            .or_insert(0) += 1;
-    }
-    out
-}
 
 async fn node(url: &str, namespace: &str, name: &str) -> Arc<dyn EventQueue> {
     let mut options = PulsarOptions::new(url).with_namespace("public", namespace);

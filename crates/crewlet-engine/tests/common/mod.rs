@@ -206,3 +206,31 @@ pub fn mcp_log(path: &Path) -> Vec<Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// The stored events of one type (up to 500, newest first).
+pub async fn events_of(
+    stores: &crewlet_store::Stores,
+    event_type: crewlet_core::EventType,
+) -> Vec<crewlet_core::Event> {
+    let query = crewlet_store::EventQuery {
+        event_type: Some(event_type),
+        limit: Some(500),
+        ..crewlet_store::EventQuery::default()
+    };
+    stores
+        .events
+        .recent(&query)
+        .await
+        .map(|p| p.events)
+        .unwrap_or_default()
+}
+
+/// How many of `events` each task has.
+pub fn per_task(events: &[crewlet_core::Event]) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in events {
+        *out.entry(e.task_id.clone().unwrap_or_default())
+            .or_insert(0) += 1;
+    }
+    out
+}
