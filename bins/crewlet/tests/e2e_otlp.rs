@@ -130,18 +130,7 @@ async fn one_webhook_is_one_exported_trace_across_api_and_engine() {
     }
 
     // Stopped with SIGTERM, both flush what is left before exiting.
-    assert_eq!(
-        split.engine.stop().await,
-        Some(0),
-        "engine exit:\n{}",
-        split.engine.log()
-    );
-    assert_eq!(
-        split.api.stop().await,
-        Some(0),
-        "api exit:\n{}",
-        split.api.log()
-    );
+    split.stop_cleanly().await;
     assert_eq!(receiver.rejected(), 0, "the receiver rejected exports");
 
     let all = receiver.spans();

@@ -66,18 +66,7 @@ async fn webhook_to_api_process_runs_a_turn_in_the_engine_process() {
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0]["identity"], "eng-bot");
 
-    assert_eq!(
-        split.engine.stop().await,
-        Some(0),
-        "engine exit:\n{}",
-        split.engine.log()
-    );
-    assert_eq!(
-        split.api.stop().await,
-        Some(0),
-        "api exit:\n{}",
-        split.api.log()
-    );
+    split.stop_cleanly().await;
     assert!(
         split.engine.log().contains("org_stopped") || split.engine.log().contains("engine stopped")
     );

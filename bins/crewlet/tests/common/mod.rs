@@ -405,6 +405,22 @@ roles:
         .await
     }
 
+    /// Stops both processes with SIGTERM and asserts each exited with 0.
+    pub async fn stop_cleanly(&mut self) {
+        assert_eq!(
+            self.engine.stop().await,
+            Some(0),
+            "engine exit:\n{}",
+            self.engine.log()
+        );
+        assert_eq!(
+            self.api.stop().await,
+            Some(0),
+            "api exit:\n{}",
+            self.api.log()
+        );
+    }
+
     /// Drops the namespace and the folder (the processes stop on drop).
     pub async fn clean_up(self) {
         self.namespace.delete().await;
