@@ -83,6 +83,8 @@ pub const PULSAR_BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 pub const PULSAR_NAMESPACE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `down` waits after SIGTERM before SIGKILL.
 pub const PULSAR_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a booted broker may take to pass its end-to-end health check.
+pub const PULSAR_HEALTH_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// `pulsar://` URL of the broker.
 pub fn pulsar_url() -> String {
@@ -174,6 +176,12 @@ impl Layout {
     /// RocksDB metadata and the bookie's journal/ledgers.
     pub fn pulsar_data(&self) -> PathBuf {
         self.pulsar_dir().join("data")
+    }
+
+    /// Written by `services down` when the broker exited on SIGTERM: its
+    /// bookie then removed its own registration, so the data can be reused.
+    pub fn pulsar_clean_marker(&self) -> PathBuf {
+        self.pulsar_data().join(".clean-shutdown")
     }
 
     pub fn pulsar_metadata_dir(&self) -> PathBuf {

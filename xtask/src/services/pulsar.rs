@@ -5,6 +5,8 @@
 //! [`Layout::pulsar_log`] and is tracked through [`Layout::pulsar_pid`].
 
 use std::fs::{self, File};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,14 +14,17 @@ use anyhow::{Context, Result, bail};
 
 use super::config::{
     HOST, Layout, PULSAR_ARTIFACT_ID, PULSAR_BOOT_TIMEOUT, PULSAR_BROKER_PORT, PULSAR_CLUSTER,
-    PULSAR_DEFAULT_NAMESPACE, PULSAR_GROUP_ID, PULSAR_JVM_OPTIONS, PULSAR_MAIN_CLASS,
-    PULSAR_NAMESPACE_TIMEOUT, PULSAR_STOP_TIMEOUT, PULSAR_VERSION, PULSAR_WEB_PORT,
-    pulsar_admin_addr, pulsar_admin_url, pulsar_url,
+    PULSAR_DEFAULT_NAMESPACE, PULSAR_GROUP_ID, PULSAR_HEALTH_TIMEOUT, PULSAR_JVM_OPTIONS,
+    PULSAR_MAIN_CLASS, PULSAR_NAMESPACE_TIMEOUT, PULSAR_STOP_TIMEOUT, PULSAR_VERSION,
+    PULSAR_WEB_PORT, pulsar_admin_addr, pulsar_admin_url, pulsar_url,
 };
 use super::process::{cmdline_contains, is_alive, log_tail, port_open, read_pidfile, signal};
 use crate::{cmd, http};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The health check writes and reads a message; the first one also creates
+/// the heartbeat namespace.
+const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What is on the machine right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,27 +104,38 @@ fn namespace_ready() -> bool {
 }
 
 /// Downloads (once), configures and starts the broker, then waits until it
-/// serves `public/default`; a no-op when it already runs.
+/// serves `public/default` and passes its end-to-end health check; a no-op
+/// when a healthy broker already runs. A broker that is not healthy is
+/// restarted on fresh data (see [`prepare_data`] for why data is dropped).
 pub fn up(layout: &Layout) -> Result<()> {
-    match state(layout) {
-        State::Running { pid } => {
-            if !namespace_ready() {
+    let current = state(layout);
+    match current {
+        State::Running { pid } | State::Booting { pid } => {
+            let started = Instant::now();
+            if matches!(current, State::Booting { .. }) {
+                println!("pulsar: pid {pid} is booting; waiting for it");
+                wait_until_ready(layout, None)?;
+            } else if !namespace_ready() {
                 wait_for_namespace(layout, None)?;
             }
-            println!("pulsar: already running (pid {pid})");
-            print_endpoints(layout);
-            return Ok(());
-        }
-        State::Booting { pid } => {
-            println!("pulsar: pid {pid} is booting; waiting for it");
-            let started = Instant::now();
-            wait_until_ready(layout, None)?;
-            println!(
-                "pulsar: ready after {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            print_endpoints(layout);
-            return Ok(());
+            match wait_healthy(layout, None) {
+                Ok(()) => {
+                    println!(
+                        "pulsar: running (pid {pid}), healthy after {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                    print_endpoints(layout);
+                    return Ok(());
+                }
+                Err(problem) => {
+                    println!(
+                        "pulsar: the running broker (pid {pid}) is not healthy: {problem:#}\n\
+                         pulsar: restarting it on fresh data"
+                    );
+                    down(layout)?;
+                    wipe_data(layout)?;
+                }
+            }
         }
         State::Unmanaged => {
             println!(
@@ -137,8 +153,29 @@ pub fn up(layout: &Layout) -> Result<()> {
     }
     cmd::which("java").context("`java` (17 or newer) is needed to run Pulsar")?;
     install(layout)?;
+    prepare_data(layout)?;
     write_config(layout)?;
     let started = Instant::now();
+    if let Err(problem) = start(layout) {
+        // Only a broker that booted but failed its health check gets a second
+        // chance, on fresh data; one that cannot boot at all fails here.
+        if managed_pid(layout).is_none() {
+            return Err(problem);
+        }
+        println!("pulsar: {problem:#}\npulsar: restarting it on fresh data");
+        stop(layout, false)?;
+        wipe_data(layout)?;
+        write_config(layout)?;
+        start(layout).context("Pulsar is not healthy even on fresh data")?;
+    }
+    println!("pulsar: ready in {:.1} s", started.elapsed().as_secs_f64());
+    print_endpoints(layout);
+    Ok(())
+}
+
+/// Spawns the broker and waits until it answers, has its namespace and
+/// passes the health check.
+fn start(layout: &Layout) -> Result<()> {
     let mut child = spawn(layout)?;
     println!(
         "pulsar: started pid {}; waiting for {} (up to {} s)",
@@ -147,13 +184,122 @@ pub fn up(layout: &Layout) -> Result<()> {
         PULSAR_BOOT_TIMEOUT.as_secs()
     );
     wait_until_ready(layout, Some(&mut child))?;
-    println!("pulsar: ready in {:.1} s", started.elapsed().as_secs_f64());
-    print_endpoints(layout);
-    Ok(())
+    wait_healthy(layout, Some(&mut child))
+}
+
+/// Keeps the data of a broker that `down` stopped cleanly and drops the data
+/// of one that died (SIGKILL, OOM, a machine reset). After an unclean stop
+/// the RocksDB metadata still holds the dead bookie's registration, and
+/// Pulsar 4.0's standalone bookie can then fall into an endless
+/// delete/re-create loop on that node when it registers again: topics stop
+/// loading with "Not enough non-faulty bookies" and the log grows by
+/// megabytes a second. This is a development and CI broker, so its data is
+/// not worth that risk.
+fn prepare_data(layout: &Layout) -> Result<()> {
+    let data = layout.pulsar_data();
+    let has_data = fs::read_dir(&data).is_ok_and(|mut entries| entries.next().is_some());
+    let clean = layout.pulsar_clean_marker().exists();
+    if has_data && !clean {
+        println!(
+            "pulsar: the previous broker did not stop cleanly; starting on fresh data \
+             (a dead bookie's registration can wedge the new one)"
+        );
+        wipe_data(layout)?;
+    }
+    // The marker describes the last stop only; the broker now starts.
+    match fs::remove_file(layout.pulsar_clean_marker()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e)
+            .with_context(|| format!("cannot remove {}", layout.pulsar_clean_marker().display())),
+    }
+}
+
+fn wipe_data(layout: &Layout) -> Result<()> {
+    let data = layout.pulsar_data();
+    match fs::remove_dir_all(&data) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", data.display())),
+    }
+}
+
+/// Waits until `GET /admin/v2/brokers/health` answers `ok`: the broker then
+/// wrote a message through its bookie and read it back. Fails early when the
+/// log shows the bookie registration loop (see [`prepare_data`]).
+fn wait_healthy(layout: &Layout, mut child: Option<&mut Child>) -> Result<()> {
+    let deadline = Instant::now() + PULSAR_HEALTH_TIMEOUT;
+    loop {
+        if let Some(loops) = registration_loop(&layout.pulsar_log()) {
+            bail!(
+                "its bookie keeps re-registering ({loops} lock invalidations on \
+                 /ledgers/available in {})",
+                layout.pulsar_log().display()
+            );
+        }
+        if let Some(c) = child.as_deref_mut()
+            && let Some(exit) = c.try_wait().context("cannot poll the broker process")?
+        {
+            bail!(
+                "Pulsar exited during its health check ({exit})\n{}",
+                log_tail(&layout.pulsar_log(), 40)
+            );
+        }
+        let last = match http::get(
+            &pulsar_admin_addr(),
+            "/admin/v2/brokers/health",
+            HEALTH_PROBE_TIMEOUT,
+        ) {
+            Ok(r) if r.is_success() && r.body.trim() == "ok" => return Ok(()),
+            Ok(r) => {
+                format!(
+                    "HTTP {}: {}",
+                    r.status,
+                    r.body.chars().take(300).collect::<String>()
+                )
+            }
+            Err(e) => format!("{e:#}"),
+        };
+        if Instant::now() > deadline {
+            bail!(
+                "its health check did not pass within {} s (last answer: {last})",
+                PULSAR_HEALTH_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Lock invalidations on the bookie's registration node beyond which the log
+/// shows the loop rather than one ordinary re-registration.
+const REGISTRATION_LOOP_THRESHOLD: usize = 20;
+
+/// How many times the log says the bookie's registration lock was
+/// invalidated, when that is more than [`REGISTRATION_LOOP_THRESHOLD`].
+pub fn registration_loop(log: &Path) -> Option<usize> {
+    let file = File::open(log).ok()?;
+    let mut count = 0;
+    for line in BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        if line.contains("Lock on resource /ledgers/available/") && line.contains("was invalidated")
+        {
+            count += 1;
+            if count > REGISTRATION_LOOP_THRESHOLD {
+                return Some(count);
+            }
+        }
+    }
+    None
 }
 
 /// Stops the broker: SIGTERM, then SIGKILL after [`PULSAR_STOP_TIMEOUT`].
+/// A broker that exits on SIGTERM leaves the clean-shutdown marker, so the
+/// next start keeps its data.
 pub fn down(layout: &Layout) -> Result<()> {
+    stop(layout, true)
+}
+
+fn stop(layout: &Layout, mark_clean: bool) -> Result<()> {
     let Some(pid) = managed_pid(layout) else {
         if admin_answers() {
             println!(
@@ -171,7 +317,9 @@ pub fn down(layout: &Layout) -> Result<()> {
     while is_alive(pid) && started.elapsed() < PULSAR_STOP_TIMEOUT {
         std::thread::sleep(Duration::from_millis(200));
     }
+    let mut clean = true;
     if is_alive(pid) {
+        clean = false;
         println!(
             "pulsar: pid {pid} still alive after {} s; sending SIGKILL",
             PULSAR_STOP_TIMEOUT.as_secs()
@@ -184,6 +332,13 @@ pub fn down(layout: &Layout) -> Result<()> {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+    if clean && mark_clean && layout.pulsar_data().is_dir() {
+        fs::write(
+            layout.pulsar_clean_marker(),
+            "stopped by `cargo xtask services down`\n",
+        )
+        .with_context(|| format!("cannot write {}", layout.pulsar_clean_marker().display()))?;
     }
     remove_pidfile(layout)?;
     println!(
@@ -502,8 +657,6 @@ fn wait_for_namespace(layout: &Layout, mut child: Option<&mut Child>) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
 
     #[test]
@@ -522,6 +675,70 @@ mod tests {
         ] {
             assert!(conf.lines().any(|l| l == line), "missing {line}");
         }
+    }
+
+    /// A scratch services root under the system temp dir, removed on drop.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("crewlet-xtask-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).expect("scratch dir");
+            Self(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const INVALIDATED: &str = "2026-11-30T06:40:21,777 INFO  [metadata-store-1-1] \
+        ResourceLockImpl - Lock on resource /ledgers/available/127.0.0.1:42969 was invalidated. \
+        state Valid";
+
+    #[test]
+    fn registration_loop_is_told_from_one_reregistration() {
+        let scratch = Scratch::new("regloop");
+        let log = scratch.0.join("pulsar.log");
+        let healthy = format!("boot\n{INVALIDATED}\nready\n");
+        fs::write(&log, &healthy).unwrap();
+        assert_eq!(registration_loop(&log), None);
+        let looping = (0..50).map(|_| INVALIDATED).collect::<Vec<_>>().join("\n");
+        fs::write(&log, format!("boot\n{looping}\n")).unwrap();
+        assert_eq!(
+            registration_loop(&log),
+            Some(REGISTRATION_LOOP_THRESHOLD + 1)
+        );
+        assert_eq!(registration_loop(&scratch.0.join("missing.log")), None);
+    }
+
+    #[test]
+    fn data_survives_a_clean_stop_and_not_an_unclean_one() {
+        let scratch = Scratch::new("prepare");
+        let layout = Layout::new(&scratch.0);
+        let ledger = layout.pulsar_bookkeeper_dir().join("current");
+        fs::create_dir_all(&ledger).unwrap();
+        fs::write(ledger.join("1.log"), "entries").unwrap();
+
+        // `down` stopped it on SIGTERM: data kept, marker consumed.
+        fs::write(layout.pulsar_clean_marker(), "clean").unwrap();
+        prepare_data(&layout).unwrap();
+        assert!(ledger.join("1.log").exists(), "clean stop keeps the data");
+        assert!(!layout.pulsar_clean_marker().exists(), "marker is one-shot");
+
+        // No marker: the broker died; its data goes.
+        prepare_data(&layout).unwrap();
+        assert!(
+            !layout.pulsar_data().exists(),
+            "unclean stop drops the data"
+        );
+
+        // A first start (no data at all) is not an error.
+        prepare_data(&layout).unwrap();
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub struct ThrowawayPulsar {
     pub broker_port: u16,
     pub web_port: u16,
     child: Option<Child>,
+    /// Length of `pulsar.log` when the current process started.
+    log_start: u64,
     /// Sent as `Authorization: Bearer` by the readiness probe (token-auth brokers).
     admin_token: Option<String>,
 }
@@ -87,6 +89,7 @@ impl ThrowawayPulsar {
             broker_port,
             web_port,
             child: None,
+            log_start: 0,
             admin_token,
         };
         me.spawn(true)?;
@@ -103,6 +106,7 @@ impl ThrowawayPulsar {
             .create(true)
             .append(true)
             .open(self.dir.join("pulsar.log"))?;
+        self.log_start = log.metadata()?.len();
         // Native libraries unpack here, not in /tmp, and go with the broker's dir.
         let jvm_tmp = self.dir.join("tmp");
         fs::create_dir_all(&jvm_tmp)?;
@@ -153,9 +157,30 @@ impl ThrowawayPulsar {
     }
 
     /// Waits until the admin API lists `public/default`.
+    ///
+    /// After a SIGKILL the metadata still holds the dead bookie's
+    /// registration, and Pulsar 4.0's standalone bookie sometimes loops
+    /// forever deleting and re-creating that node when it registers again
+    /// (topics then fail with "Not enough non-faulty bookies"). The race is
+    /// timing-dependent, so a broker caught in it is killed and started again
+    /// on the same data, a few times at most.
     pub fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
+        let mut restarts_left = 3;
         while start.elapsed() < limit {
+            if self.registration_loops() {
+                if restarts_left == 0 {
+                    return Err(format!(
+                        "the bookie keeps re-registering after several restarts; log:\n{}",
+                        self.log_tail()
+                    ));
+                }
+                restarts_left -= 1;
+                eprintln!("throwaway broker: bookie registration loop; starting it again");
+                self.kill();
+                self.spawn(false).map_err(|e| format!("restart: {e}"))?;
+                continue;
+            }
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
@@ -169,7 +194,7 @@ impl ThrowawayPulsar {
                 "/admin/v2/namespaces/public",
                 self.admin_token.as_deref(),
             );
-            if listed.is_some_and(|b| b.contains("public/default")) {
+            if listed.is_some_and(|b| b.contains("public/default")) && !self.registration_loops() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(500));
@@ -178,6 +203,25 @@ impl ThrowawayPulsar {
             "broker not ready after {limit:?}; log:\n{}",
             self.log_tail()
         ))
+    }
+
+    /// Whether the current process's log shows the registration loop (many
+    /// invalidations of the lock on `/ledgers/available/...`; one ordinary
+    /// re-registration shows at most a couple).
+    fn registration_loops(&self) -> bool {
+        let Ok(mut file) = fs::File::open(self.dir.join("pulsar.log")) else {
+            return false;
+        };
+        let mut text = String::new();
+        if std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(self.log_start)).is_err()
+            || file.take(64 << 20).read_to_string(&mut text).is_err()
+        {
+            return false;
+        }
+        text.lines()
+            .filter(|l| l.contains("/ledgers/available/") && l.contains("was invalidated"))
+            .nth(20)
+            .is_some()
     }
 
     pub fn log_tail(&self) -> String {
