@@ -280,6 +280,7 @@ fn start(layout: &Layout) -> Result<()> {
             &options,
             "start",
         ]);
+    remove_stale_lock(layout)?;
     // Right after a crash the old postmaster's children may still hold the
     // data directory for a moment ("lock file postmaster.pid already exists").
     let mut attempt = 1;
@@ -293,6 +294,42 @@ fn start(layout: &Layout) -> Result<()> {
         std::thread::sleep(Duration::from_secs(2));
     }
     wait_for_port(layout, Duration::from_secs(10))
+}
+
+/// Removes the lock files (`postmaster.pid` in the data directory and the
+/// socket's `.s.PGSQL.<port>.lock`) left by a postmaster that died with its
+/// machine or session. Their pid may since belong to an unrelated process,
+/// and PostgreSQL then refuses to start ("Is another postmaster running?")
+/// for as long as that process lives. Only done when nothing answers on our
+/// port and the named pid is not a live postgres; PostgreSQL still checks on
+/// its own that no old backend holds the shared memory.
+fn remove_stale_lock(layout: &Layout) -> Result<()> {
+    if port_open(PG_PORT) {
+        return Ok(());
+    }
+    let socket_lock = Path::new(PG_SOCKET_DIR).join(format!(".s.PGSQL.{PG_PORT}.lock"));
+    for lock in [layout.pg_data().join("postmaster.pid"), socket_lock] {
+        let Ok(text) = std::fs::read_to_string(&lock) else {
+            continue;
+        };
+        let owner = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<u32>().ok());
+        if owner.is_some_and(|pid| is_alive(pid) && cmdline_contains(pid, "postgres")) {
+            continue;
+        }
+        println!(
+            "postgres: removing {} left by a postmaster that is gone",
+            lock.display()
+        );
+        match std::fs::remove_file(&lock) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", lock.display())),
+        }
+    }
+    Ok(())
 }
 
 fn wait_for_port(layout: &Layout, timeout: Duration) -> Result<()> {
