@@ -157,16 +157,13 @@ pub fn up(layout: &Layout) -> Result<()> {
     write_config(layout)?;
     let started = Instant::now();
     if let Err(problem) = start(layout) {
-        // Only a broker that booted but failed its health check gets a second
-        // chance, on fresh data; one that cannot boot at all fails here.
-        if managed_pid(layout).is_none() {
-            return Err(problem);
-        }
-        println!("pulsar: {problem:#}\npulsar: restarting it on fresh data");
+        // One more start on fresh data: kept data is the one thing a retry
+        // can change (a bookie that cannot register or rebind its port).
+        println!("pulsar: {problem:#}\npulsar: starting again on fresh data");
         stop(layout, false)?;
         wipe_data(layout)?;
         write_config(layout)?;
-        start(layout).context("Pulsar is not healthy even on fresh data")?;
+        start(layout).context("Pulsar did not start even on fresh data")?;
     }
     println!("pulsar: ready in {:.1} s", started.elapsed().as_secs_f64());
     print_endpoints(layout);
