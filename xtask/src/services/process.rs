@@ -182,6 +182,21 @@ impl Drop for DirLock {
     }
 }
 
+/// Removes a file, or a directory with its contents; one that is already
+/// gone is not an error.
+pub fn remove_if_exists(path: &Path) -> Result<()> {
+    let removed = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match removed {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

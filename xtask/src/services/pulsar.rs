@@ -18,7 +18,9 @@ use super::config::{
     PULSAR_MAIN_CLASS, PULSAR_NAMESPACE_TIMEOUT, PULSAR_STOP_TIMEOUT, PULSAR_VERSION,
     PULSAR_WEB_PORT, pulsar_admin_addr, pulsar_admin_url, pulsar_url,
 };
-use super::process::{cmdline_contains, is_alive, log_tail, port_open, read_pidfile, signal};
+use super::process::{
+    cmdline_contains, is_alive, log_tail, port_open, read_pidfile, remove_if_exists, signal,
+};
 use crate::{cmd, http};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -204,21 +206,11 @@ fn prepare_data(layout: &Layout) -> Result<()> {
         wipe_data(layout)?;
     }
     // The marker describes the last stop only; the broker now starts.
-    match fs::remove_file(layout.pulsar_clean_marker()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e)
-            .with_context(|| format!("cannot remove {}", layout.pulsar_clean_marker().display())),
-    }
+    remove_if_exists(&layout.pulsar_clean_marker())
 }
 
 fn wipe_data(layout: &Layout) -> Result<()> {
-    let data = layout.pulsar_data();
-    match fs::remove_dir_all(&data) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot remove {}", data.display())),
-    }
+    remove_if_exists(&layout.pulsar_data())
 }
 
 /// Waits until `GET /admin/v2/brokers/health` answers `ok`: the broker then
@@ -378,13 +370,7 @@ fn print_endpoints(layout: &Layout) {
 }
 
 fn remove_pidfile(layout: &Layout) -> Result<()> {
-    match std::fs::remove_file(layout.pulsar_pid()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => {
-            Err(e).with_context(|| format!("cannot remove {}", layout.pulsar_pid().display()))
-        }
-    }
+    remove_if_exists(&layout.pulsar_pid())
 }
 
 fn jars_ready(layout: &Layout) -> bool {
