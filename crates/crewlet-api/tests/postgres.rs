@@ -15,27 +15,23 @@ async fn github_webhook_is_deduped_and_stored_in_postgresql() {
         .expect("migrated test database");
 
     let h = Harness::on_stores(stores.clone(), Options::default()).await;
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "pg-delivery-1",
-        github_issue(11),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github(
+            "/webhooks/github",
+            "pg-delivery-1",
+            github_issue(11),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(r.status(), 202);
-    let dup = github_request(
-        &h,
-        "/webhooks/github",
-        "pg-delivery-1",
-        github_issue(11),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let dup = h
+        .post_github(
+            "/webhooks/github",
+            "pg-delivery-1",
+            github_issue(11),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(dup.status(), 202);
     let body: serde_json::Value = dup.json().await.unwrap();
     assert_eq!(body["duplicate"], true);
@@ -69,30 +65,26 @@ async fn github_webhook_is_deduped_and_stored_in_postgresql() {
         },
     )
     .await;
-    let again = github_request(
-        &h2,
-        "/webhooks/github",
-        "pg-delivery-1",
-        github_issue(11),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let again = h2
+        .post_github(
+            "/webhooks/github",
+            "pg-delivery-1",
+            github_issue(11),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(again.status(), 202);
     let body: serde_json::Value = again.json().await.unwrap();
     assert_eq!(body["duplicate"], true, "{body}");
     assert!(h2.published.inbound().is_empty());
-    let fresh = github_request(
-        &h2,
-        "/webhooks/github",
-        "pg-delivery-2",
-        github_issue(12),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let fresh = h2
+        .post_github(
+            "/webhooks/github",
+            "pg-delivery-2",
+            github_issue(12),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(fresh.status(), 202);
     assert_eq!(h2.published.inbound().len(), 1);
     h2.stop().await;

@@ -51,16 +51,14 @@ async fn the_raw_webhook_event_carries_the_webhook_span_ids() {
     let _default = tracing::dispatcher::set_default(&dispatch);
     let h = Harness::start().await;
 
-    let r = github_request(
-        &h,
-        "/webhooks/github/eng",
-        "d-span-1",
-        github_issue(7),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github(
+            "/webhooks/github/eng",
+            "d-span-1",
+            github_issue(7),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(r.status(), 202);
     let body: Value = r.json().await.unwrap();
     let inbound = h.published.inbound();
@@ -127,28 +125,14 @@ async fn every_delivery_is_a_trace_of_its_own_and_refusals_are_traced_too() {
     let _default = tracing::dispatcher::set_default(&dispatch);
     let h = Harness::start().await;
     for delivery in ["d-a", "d-b"] {
-        let r = github_request(
-            &h,
-            "/webhooks/github",
-            delivery,
-            github_issue(1),
-            GITHUB_SECRET,
-        )
-        .send()
-        .await
-        .unwrap();
+        let r = h
+            .post_github("/webhooks/github", delivery, github_issue(1), GITHUB_SECRET)
+            .await;
         assert_eq!(r.status(), 202);
     }
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-c",
-        github_issue(1),
-        "wrong-secret",
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-c", github_issue(1), "wrong-secret")
+        .await;
     assert_eq!(r.status(), 401);
     // Other requests get a DEBUG http span of their own (on here: debug).
     let r = h.get("/health").send().await.unwrap();

@@ -34,16 +34,9 @@ fn assert_one_inbound(h: &Harness, source: &str) -> RawWebhook {
 #[tokio::test]
 async fn github_accepted_publishes_one_raw_webhook_with_a_trace() {
     let h = Harness::start().await;
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-1",
-        github_issue(7),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-1", github_issue(7), GITHUB_SECRET)
+        .await;
     assert_eq!(r.status(), 202);
     let body = json_of(r).await;
     assert_eq!(body["accepted"], true);
@@ -80,30 +73,26 @@ async fn github_accepted_publishes_one_raw_webhook_with_a_trace() {
 #[tokio::test]
 async fn github_with_a_seat_handle_and_unknown_seat() {
     let h = Harness::start().await;
-    let r = github_request(
-        &h,
-        "/webhooks/github/eng",
-        "d-2",
-        github_issue(8),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github(
+            "/webhooks/github/eng",
+            "d-2",
+            github_issue(8),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(r.status(), 202);
     let raw = assert_one_inbound(&h, "github");
     assert_eq!(raw.handle.as_deref(), Some("eng"));
     assert_eq!(h.published.inbound()[0].tags["handle"], "eng");
-    let r = github_request(
-        &h,
-        "/webhooks/github/nobody",
-        "d-3",
-        github_issue(8),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github(
+            "/webhooks/github/nobody",
+            "d-3",
+            github_issue(8),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(r.status(), 404);
     assert_eq!(h.published.inbound().len(), 1);
     h.stop().await;
@@ -112,16 +101,9 @@ async fn github_with_a_seat_handle_and_unknown_seat() {
 #[tokio::test]
 async fn bad_signature_is_401_and_publishes_nothing() {
     let h = Harness::start().await;
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-1",
-        github_issue(1),
-        "wrong-secret",
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-1", github_issue(1), "wrong-secret")
+        .await;
     assert_eq!(r.status(), 401);
     let body = json_of(r).await;
     assert_eq!(body["error"], "bad_signature");
@@ -153,16 +135,14 @@ async fn bad_signature_is_401_and_publishes_nothing() {
 #[tokio::test]
 async fn bad_json_is_400() {
     let h = Harness::start().await;
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-1",
-        b"{not json".to_vec(),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github(
+            "/webhooks/github",
+            "d-1",
+            b"{not json".to_vec(),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(r.status(), 400);
     assert_eq!(json_of(r).await["error"], "bad_json");
     assert!(h.published.inbound().is_empty());
@@ -176,16 +156,9 @@ async fn missing_secret_is_503_retry_after_300() {
         ..Options::default()
     })
     .await;
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-1",
-        github_issue(1),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-1", github_issue(1), GITHUB_SECRET)
+        .await;
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "300");
     let body = json_of(r).await;
@@ -226,16 +199,9 @@ async fn no_active_company_is_503_retry_after_15() {
     // Once a company is imported (and seen: the poll, or /ready), deliveries are accepted.
     import(&h.stores, COMPANY).await;
     assert_eq!(h.get("/ready").send().await.unwrap().status(), 200);
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-1",
-        github_issue(1),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-1", github_issue(1), GITHUB_SECRET)
+        .await;
     assert_eq!(r.status(), 202);
     h.stop().await;
 }
@@ -244,16 +210,9 @@ async fn no_active_company_is_503_retry_after_15() {
 async fn oversized_body_is_413() {
     let h = Harness::start().await;
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1024 * 1024 + 10));
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-1",
-        big.into_bytes(),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-1", big.into_bytes(), GITHUB_SECRET)
+        .await;
     assert_eq!(r.status(), 413);
     assert_eq!(json_of(r).await["error"], "payload_too_large");
     // Streamed without a Content-Length: the cap still holds.
@@ -303,27 +262,23 @@ async fn slow_body_is_408() {
 #[tokio::test]
 async fn duplicate_github_delivery_is_accepted_once() {
     let h = Harness::start().await;
-    let first = github_request(
-        &h,
-        "/webhooks/github",
-        "same-id",
-        github_issue(3),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let first = h
+        .post_github(
+            "/webhooks/github",
+            "same-id",
+            github_issue(3),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(first.status(), 202);
-    let again = github_request(
-        &h,
-        "/webhooks/github",
-        "same-id",
-        github_issue(3),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let again = h
+        .post_github(
+            "/webhooks/github",
+            "same-id",
+            github_issue(3),
+            GITHUB_SECRET,
+        )
+        .await;
     assert_eq!(again.status(), 202);
     let body = json_of(again).await;
     assert_eq!(body["duplicate"], true);
@@ -564,16 +519,9 @@ async fn webhooks_ignore_bearer_auth_even_when_reads_are_closed() {
         ..Options::default()
     })
     .await;
-    let r = github_request(
-        &h,
-        "/webhooks/github",
-        "d-9",
-        github_issue(9),
-        GITHUB_SECRET,
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = h
+        .post_github("/webhooks/github", "d-9", github_issue(9), GITHUB_SECRET)
+        .await;
     assert_eq!(r.status(), 202);
     assert_eq!(h.published.on(topics::NOTIFICATIONS_INBOUND).len(), 1);
     h.stop().await;

@@ -289,20 +289,26 @@ pub fn github_issue(number: u64) -> Vec<u8> {
     .unwrap()
 }
 
-/// A signed GitHub `issues` delivery.
-pub fn github_request(
-    h: &Harness,
-    path: &str,
-    delivery: &str,
-    body: Vec<u8>,
-    secret: &str,
-) -> reqwest::RequestBuilder {
-    let sig = format!("sha256={}", hmac_hex(secret, &[&body]));
-    h.http
-        .post(h.url(path))
-        .header("content-type", "application/json")
-        .header("x-github-event", "issues")
-        .header("x-github-delivery", delivery)
-        .header("x-hub-signature-256", sig)
-        .body(body)
+impl Harness {
+    /// Sends a GitHub `issues` delivery signed with `secret` (an HMAC computed
+    /// here, independently of the code under test) and returns the response.
+    pub async fn post_github(
+        &self,
+        path: &str,
+        delivery: &str,
+        body: Vec<u8>,
+        secret: &str,
+    ) -> reqwest::Response {
+        let sig = format!("sha256={}", hmac_hex(secret, &[&body]));
+        self.http
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .header("x-github-event", "issues")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", sig)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
 }
