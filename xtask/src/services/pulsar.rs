@@ -134,7 +134,7 @@ pub fn up(layout: &Layout) -> Result<()> {
                         "pulsar: the running broker (pid {pid}) is not healthy: {problem:#}\n\
                          pulsar: restarting it on fresh data"
                     );
-                    down(layout)?;
+                    stop(layout, false)?;
                     wipe_data(layout)?;
                 }
             }
