@@ -57,10 +57,9 @@ async fn webhook_to_api_process_runs_a_turn_in_the_engine_process() {
     ] {
         assert!(kinds.contains(&expected), "{expected} missing: {kinds:?}");
     }
-    let calls: Vec<Value> = std::fs::read_to_string(&split.mcp_log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let calls: Vec<Value> = crewlet_fake_mcp::read_log(&split.mcp_log)
+        .unwrap_or_else(|e| panic!("fake mcp log: {e}"))
+        .into_iter()
         .filter(|l| l["event"] == "tool_call")
         .collect();
     assert_eq!(calls.len(), 1, "{calls:?}");

@@ -25,11 +25,7 @@ fn log_path(test: &str) -> PathBuf {
 }
 
 fn log_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    crewlet_fake_mcp::read_log(path).unwrap_or_else(|e| panic!("fake mcp log: {e}"))
 }
 
 fn tool_calls(path: &Path) -> Vec<Value> {
@@ -181,10 +177,12 @@ async fn stdio_request_timeout_leaves_the_connection_usable() {
     let log = log_path("timeout");
     let spec = stdio_spec("slow", &log)
         .with_env("FAKE_MCP_TEST_TOOLS", "1")
-        .with_timeouts(Duration::from_secs(20), Duration::from_millis(300));
+        .with_timeouts(Duration::from_secs(20), Duration::from_secs(5));
     let client = McpClient::connect(&spec).await.unwrap();
+    // Far past the request timeout, which is itself roomy enough for the
+    // quick call below on a loaded machine.
     let err = client
-        .call_tool("sleep", json!({"ms": 10_000}))
+        .call_tool("sleep", json!({"ms": 120_000}))
         .await
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
@@ -204,7 +202,7 @@ async fn stdio_concurrent_requests_are_multiplexed_by_id() {
         let (client, tx) = (client.clone(), tx.clone());
         tokio::spawn(async move {
             let r = client
-                .call_tool("sleep", json!({"ms": 1500}))
+                .call_tool("sleep", json!({"ms": 10_000}))
                 .await
                 .unwrap();
             tx.send(r.text()).unwrap();
@@ -228,7 +226,7 @@ async fn stdio_concurrent_requests_are_multiplexed_by_id() {
         order.push(text);
     }
     // The quick call was answered while the slow one was still running.
-    assert_eq!(order, ["posted to C as (anonymous)", "slept 1500 ms"]);
+    assert_eq!(order, ["posted to C as (anonymous)", "slept 10000 ms"]);
 }
 
 #[tokio::test]
@@ -547,4 +545,48 @@ async fn http_server_not_listening_is_a_clear_start_error() {
         "{text}"
     );
     assert!(!text.contains("secret"), "the query string leaked: {text}");
+}
+
+/// Several server processes append to one log at once (as a hub's servers
+/// do): every line stays whole, because each is one `write` on an
+/// `O_APPEND` file. Long lines make a torn write likely if that ever breaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_sharing_one_log_never_tear_a_line() {
+    const SERVERS: usize = 6;
+    const POSTS: usize = 40;
+    let log = log_path("shared-log");
+    let text = "x".repeat(4096);
+    let mut clients = Vec::new();
+    for i in 0..SERVERS {
+        let spec =
+            stdio_spec(&format!("s{i}"), &log).with_env("FAKE_MCP_IDENTITY", format!("id-{i}"));
+        clients.push(McpClient::connect(&spec).await.unwrap());
+    }
+    let posts = clients.iter().enumerate().map(|(i, client)| {
+        let text = text.clone();
+        async move {
+            for n in 0..POSTS {
+                let args = json!({"channel": format!("C{i}"), "text": format!("{n} {text}")});
+                let posted = client.call_tool("post_message", args).await.unwrap();
+                assert!(!posted.is_error, "{}", posted.text());
+            }
+        }
+    });
+    futures::future::join_all(posts).await;
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines.len(),
+        SERVERS * (POSTS + 1),
+        "a started line and every post"
+    );
+    for i in 0..SERVERS {
+        let mine = lines
+            .iter()
+            .filter(|l| l["event"] == "tool_call" && l["identity"] == format!("id-{i}").as_str())
+            .count();
+        assert_eq!(mine, POSTS, "server {i}");
+    }
+    for client in clients {
+        client.shutdown().await;
+    }
 }

@@ -200,11 +200,7 @@ pub fn types(events: &[Value]) -> Vec<String> {
 
 /// The JSONL lines the fake MCP server wrote.
 pub fn mcp_log(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    crewlet_fake_mcp::read_log(path).unwrap_or_else(|e| panic!("fake mcp log: {e}"))
 }
 
 /// The stored events of one type (up to 500, newest first).
