@@ -120,6 +120,7 @@ async fn connect_pulsar(q: &crewlet_config::QueueConfig) -> Result<Arc<dyn Event
         options = options.with_auth_token(token.clone());
     }
     options.tls_trust_certs_path = q.tls_trust_certs_path.as_ref().map(Into::into);
+    options.startup_retry = std::time::Duration::from_secs(q.startup_retry_seconds);
     options.client_name = "crewlet-api".into();
     let queue = PulsarQueue::connect(options).await?;
     info!(%url, tenant = %q.tenant, namespace = %q.namespace, "pulsar queue connected");

@@ -80,6 +80,13 @@ pub struct QueueConfig {
     /// PEM file of CA certificates trusted for `pulsar+ssl://`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_trust_certs_path: Option<String>,
+    /// How long connecting, subscribing and the first producer of a topic
+    /// wait for a broker that is unreachable, still starting or still loading
+    /// topics (retrying with backoff, each retry logged) before failing.
+    /// `0` fails on the first error.
+    #[serde(default = "default_startup_retry_seconds")]
+    #[schemars(range(max = 3600))]
+    pub startup_retry_seconds: u64,
 }
 
 impl Default for QueueConfig {
@@ -91,8 +98,13 @@ impl Default for QueueConfig {
             namespace: default_namespace(),
             auth_token: None,
             tls_trust_certs_path: None,
+            startup_retry_seconds: default_startup_retry_seconds(),
         }
     }
+}
+
+fn default_startup_retry_seconds() -> u64 {
+    60
 }
 
 fn default_tenant() -> String {

@@ -112,6 +112,7 @@ async fn connect_pulsar(q: &QueueConfig) -> Result<Arc<dyn EventQueue>, EngineEr
         options = options.with_auth_token(token.clone());
     }
     options.tls_trust_certs_path = q.tls_trust_certs_path.as_ref().map(Into::into);
+    options.startup_retry = std::time::Duration::from_secs(q.startup_retry_seconds);
     options.client_name = format!("crewlet-engine-{}", std::process::id());
     let queue = PulsarQueue::connect(options).await?;
     info!(%url, tenant = %q.tenant, namespace = %q.namespace, "pulsar queue connected");

@@ -11,6 +11,8 @@ fn quick(url: &str) -> PulsarOptions {
     let mut o = PulsarOptions::new(url);
     o.operation_timeout = Duration::from_secs(2);
     o.reconnect_max_backoff = Duration::from_millis(200);
+    // These brokers never become ready: fail on the first error.
+    o.startup_retry = Duration::ZERO;
     o
 }
 
@@ -105,18 +107,40 @@ async fn unreachable_broker_is_a_connect_error_naming_the_url() {
     }
 }
 
+/// A broker that stays unreachable is retried for the startup window, and
+/// the error says it was and which setting bounds it.
+#[tokio::test]
+async fn unreachable_broker_is_retried_for_the_startup_window() {
+    let mut o = quick("pulsar://127.0.0.1:1");
+    o.startup_retry = Duration::from_secs(2);
+    match PulsarQueue::connect(o).await {
+        Err(e @ QueueError::Connect { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("pulsar://127.0.0.1:1"), "{msg}");
+            assert!(msg.contains("still failing after"), "{msg}");
+            assert!(msg.contains("startup_retry_seconds"), "{msg}");
+        }
+        Err(e) => panic!("expected a connect error, got {e}"),
+        Ok(_) => panic!("connected to nothing"),
+    }
+}
+
 /// The engine never creates tenants or namespaces: a missing one fails at
-/// connect with an error that names it and says how to create it.
+/// connect with an error that names it and says how to create it, at once
+/// (waiting for a broker that is starting does not apply to it).
 #[tokio::test]
 async fn missing_namespace_fails_at_connect_naming_it() {
     let url = crewlet_test_support::require!(pulsar);
     let tenant = format!("crewlet-missing-{}", uuid::Uuid::new_v4().simple());
-    match PulsarQueue::connect(quick(&url).with_namespace(tenant.clone(), "prod")).await {
+    let mut o = quick(&url).with_namespace(tenant.clone(), "prod");
+    o.startup_retry = Duration::from_secs(600);
+    match PulsarQueue::connect(o).await {
         Err(e @ QueueError::NamespaceNotFound { .. }) => {
             let msg = e.to_string();
             eprintln!("{msg}");
             assert!(msg.contains(&format!("{tenant}/prod")), "{msg}");
             assert!(msg.contains("pulsar-admin namespaces create"), "{msg}");
+            assert!(!msg.contains("still failing after"), "retried: {msg}");
         }
         Err(e) => panic!("expected NamespaceNotFound, got {e}"),
         Ok(_) => panic!("connected to a namespace that does not exist"),

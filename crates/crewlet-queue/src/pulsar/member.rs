@@ -28,28 +28,49 @@ pub(crate) struct Consumers {
     retry: Consumer,
 }
 
+/// How long [`attach`] tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// One attempt (the supervisor has its own retry loop).
+    Once,
+    /// Until the broker is ready, within the startup window (`subscribe`).
+    UntilReady,
+}
+
 /// Attaches to `(topic, group)` and `(retry-{topic}-{group}, group)`.
 pub(crate) async fn attach(
     inner: &Inner,
     topic: &str,
     group: &str,
     prefetch: usize,
+    patience: Patience,
 ) -> Result<Consumers, QueueError> {
     let failed = |source| QueueError::Subscribe {
         topic: topic.to_owned(),
         group: group.to_owned(),
         source,
     };
-    let main = inner
-        .consumer(topic, group, prefetch)
+    let main = consumer(inner, topic, group, prefetch, patience)
         .await
         .map_err(failed)?;
     let retry_topic = topics::retry(topic, group);
-    let retry = inner
-        .consumer(&retry_topic, group, prefetch)
+    let retry = consumer(inner, &retry_topic, group, prefetch, patience)
         .await
         .map_err(failed)?;
     Ok(Consumers { main, retry })
+}
+
+async fn consumer(
+    inner: &Inner,
+    subject: &str,
+    group: &str,
+    prefetch: usize,
+    patience: Patience,
+) -> Result<Consumer, crate::BoxError> {
+    match patience {
+        Patience::Once => inner.consumer(subject, group, prefetch).await,
+        Patience::UntilReady => inner.consumer_until_ready(subject, group, prefetch).await,
+    }
 }
 
 pub(crate) struct Member {
@@ -86,7 +107,15 @@ impl Member {
                     {
                         return;
                     }
-                    match attach(&self.inner, &self.topic, &self.group, self.prefetch).await {
+                    match attach(
+                        &self.inner,
+                        &self.topic,
+                        &self.group,
+                        self.prefetch,
+                        Patience::Once,
+                    )
+                    .await
+                    {
                         Ok(c) => {
                             tracing::info!(topic = %self.topic, group = %self.group, "consumer attached");
                             c

@@ -19,23 +19,23 @@
 //! - Streams are non-durable subscriptions (one per matching topic, found by
 //!   listing the namespace every `stream_refresh`): they keep no backlog.
 
+mod connect;
 mod member;
 mod options;
+mod retry;
 mod stream;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use retry::Failure;
+
 use async_trait::async_trait;
 use crewlet_core::Event;
 use pulsar::consumer::InitialPosition;
 use pulsar::producer::Message as OutMessage;
-use pulsar::proto::command_get_topics_of_namespace::Mode;
-use pulsar::{
-    Authentication, ConnectionRetryOptions, ConsumerOptions, OperationRetryOptions, Producer,
-    ProducerOptions, Pulsar, SubType, TokioExecutor,
-};
+use pulsar::{ConsumerOptions, Producer, ProducerOptions, Pulsar, SubType, TokioExecutor};
 use tokio::sync::Mutex as AsyncMutex;
 
 pub use options::PulsarOptions;
@@ -72,94 +72,28 @@ pub(crate) struct Inner {
     pub(crate) options: PulsarOptions,
     pub(crate) node: Arc<Node>,
     producers: std::sync::Mutex<HashMap<String, SharedProducer>>,
+    /// Topics this node has had a producer for: only the first producer of
+    /// a topic waits for a broker that is still starting.
+    produced: std::sync::Mutex<HashSet<String>>,
     dead_letter_keepers: AsyncMutex<HashSet<String>>,
     next_consumer: std::sync::atomic::AtomicU64,
 }
 
 impl PulsarQueue {
     /// Connects and checks that `{tenant}/{namespace}` exists (a clear error
-    /// naming them if not). Never calls the admin API.
+    /// naming them if not). Never calls the admin API. A broker that is still
+    /// starting is waited for, up to [`PulsarOptions::startup_retry`].
     pub async fn connect(options: PulsarOptions) -> Result<Self, QueueError> {
-        for (what, value) in [
-            ("tenant", &options.tenant),
-            ("namespace", &options.namespace),
-        ] {
-            if value.is_empty() || value.contains('/') {
-                return Err(QueueError::Config(format!(
-                    "pulsar {what} `{value}` must be a non-empty name without `/`"
-                )));
-            }
-        }
-        let url = options.url.clone();
-        let is_tls = url.starts_with("pulsar+ssl://");
-        if !is_tls && !url.starts_with("pulsar://") {
-            return Err(QueueError::Config(format!(
-                "pulsar url `{url}` must start with pulsar:// or pulsar+ssl://"
-            )));
-        }
-        let mut builder = Pulsar::builder(url.clone(), TokioExecutor)
-            .with_connection_retry_options(ConnectionRetryOptions {
-                min_backoff: Duration::from_millis(100),
-                max_backoff: options.reconnect_max_backoff,
-                max_retries: 6,
-                connection_timeout: options.operation_timeout,
-                keep_alive: Duration::from_secs(30),
-                ..ConnectionRetryOptions::default()
-            })
-            .with_operation_retry_options(OperationRetryOptions {
-                operation_timeout: options.operation_timeout,
-                retry_delay: Duration::from_millis(500),
-                max_retries: Some(3),
-            })
-            .with_outbound_channel_size(10_000);
-        if let Some(token) = &options.auth_token {
-            builder = builder.with_auth(Authentication {
-                name: "token".into(),
-                data: token.clone().into_bytes(),
-            });
-        }
-        if is_tls {
-            // rustls cannot choose when the build has both ring and aws-lc-rs
-            // (another crate's TLS stack): settle it before the client builds its config.
-            if rustls::crypto::CryptoProvider::get_default().is_none() {
-                let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-            }
-        }
-        if let Some(path) = &options.tls_trust_certs_path {
-            if !is_tls {
-                tracing::warn!(%url, "tls_trust_certs_path is set but the url is not pulsar+ssl://; it is ignored");
-            }
-            builder = builder.with_certificate_chain_file(path).map_err(|e| {
-                QueueError::Config(format!(
-                    "cannot read pulsar tls_trust_certs_path `{}`: {e}",
-                    path.display()
-                ))
-            })?;
-        }
-        let connect = tokio::time::timeout(options.operation_timeout * 3, builder.build());
-        let client = match connect.await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                return Err(QueueError::Connect {
-                    url,
-                    source: Box::new(e),
-                });
-            }
-            Err(_) => {
-                return Err(QueueError::Connect {
-                    url,
-                    source: "timed out connecting".into(),
-                });
-            }
-        };
-        check_namespace(&client, &options).await?;
-        tracing::info!(%url, tenant = %options.tenant, namespace = %options.namespace, "connected to pulsar");
+        let client = connect::client(&options).await?;
+        connect::check_namespace(&client, &options).await?;
+        tracing::info!(url = %options.url, tenant = %options.tenant, namespace = %options.namespace, "connected to pulsar");
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
                 node: Arc::new(Node::new(options.delivery.clone())),
                 options,
                 producers: std::sync::Mutex::new(HashMap::new()),
+                produced: std::sync::Mutex::new(HashSet::new()),
                 dead_letter_keepers: AsyncMutex::new(HashSet::new()),
                 next_consumer: std::sync::atomic::AtomicU64::new(0),
             }),
@@ -168,41 +102,6 @@ impl PulsarQueue {
 
     pub fn options(&self) -> &PulsarOptions {
         &self.inner.options
-    }
-}
-
-/// Fails with the broker's own error when the namespace is missing or not ours.
-async fn check_namespace(client: &Client, options: &PulsarOptions) -> Result<(), QueueError> {
-    let ns = format!("{}/{}", options.tenant, options.namespace);
-    let probe = options.full_topic("crewlet.startup-probe");
-    let missing = |source: BoxError| QueueError::NamespaceNotFound {
-        url: options.url.clone(),
-        tenant: options.tenant.clone(),
-        namespace: options.namespace.clone(),
-        source,
-    };
-    let c = client.clone();
-    match bounded(options.operation_timeout, async move {
-        c.get_topics_of_namespace(ns, Mode::Persistent).await
-    })
-    .await
-    {
-        Some(Ok(_)) => {}
-        Some(Err(e)) => return Err(missing(Box::new(e))),
-        None => return Err(missing("timed out listing the namespace".into())),
-    }
-    // Listing an absent namespace may answer an empty list; a lookup does not.
-    let c = client.clone();
-    match bounded(options.operation_timeout, async move {
-        c.lookup_topic(probe).await
-    })
-    .await
-    {
-        Some(Ok(_)) => Ok(()),
-        Some(Err(e)) => Err(missing(Box::new(e))),
-        None => Err(missing(
-            "timed out looking up a topic of the namespace".into(),
-        )),
     }
 }
 
@@ -232,8 +131,43 @@ impl Inner {
         if let Some(p) = self.producer_for(full_topic) {
             return Ok(p);
         }
-        let producer = self
-            .client
+        let producer = self.new_producer(full_topic).await?;
+        lock(&self.produced).insert(full_topic.to_owned());
+        let mut all = lock(&self.producers);
+        Ok(all
+            .entry(full_topic.to_owned())
+            .or_insert_with(|| Arc::new(AsyncMutex::new(producer)))
+            .clone())
+    }
+
+    /// The first producer this node makes for a topic waits for a broker
+    /// that is not ready yet (within [`PulsarOptions::startup_retry`]); later
+    /// ones, after a failed send, are left to the publish retry policy.
+    async fn first_producer(self: &Arc<Self>, full_topic: &str) -> Result<(), BoxError> {
+        if lock(&self.produced).contains(full_topic) {
+            return Ok(());
+        }
+        let limit = self.options.operation_timeout;
+        let what = format!("create a producer for {full_topic}");
+        retry::until_ready(self.options.startup_retry, &what, || {
+            let (me, topic) = (self.clone(), full_topic.to_owned());
+            async move {
+                match bounded(limit, async move { me.producer(&topic).await }).await {
+                    Some(made) => made.map(drop).map_err(Failure::from),
+                    None => Err(Failure::Timeout(format!(
+                        "timed out creating a producer for {full_topic}"
+                    ))),
+                }
+            }
+        })
+        .await
+    }
+
+    async fn new_producer(
+        &self,
+        full_topic: &str,
+    ) -> Result<Producer<TokioExecutor>, pulsar::Error> {
+        self.client
             .producer()
             .with_topic(full_topic)
             .with_options(ProducerOptions {
@@ -243,12 +177,7 @@ impl Inner {
                 ..ProducerOptions::default()
             })
             .build()
-            .await?;
-        let mut all = lock(&self.producers);
-        Ok(all
-            .entry(full_topic.to_owned())
-            .or_insert_with(|| Arc::new(AsyncMutex::new(producer)))
-            .clone())
+            .await
     }
 
     fn forget_producer(&self, full_topic: &str) {
@@ -276,6 +205,13 @@ impl Inner {
         message: OutMessage,
     ) -> Result<(), QueueError> {
         let full = self.options.full_topic(subject);
+        if let Err(source) = self.first_producer(&full).await {
+            return Err(QueueError::Publish {
+                topic: subject.to_owned(),
+                attempts: 1,
+                source,
+            });
+        }
         let attempts = u32::try_from(self.options.publish_backoff.len() + 1).unwrap_or(u32::MAX);
         let mut last: BoxError = "no attempt made".into();
         for attempt in 1..=attempts {
@@ -316,13 +252,40 @@ impl Inner {
         format!("{}-{group}-{n}", self.options.client_name)
     }
 
-    /// A Shared consumer of `group` on `subject`, at `Earliest`, without ack timeout.
+    /// A Shared consumer of `group` on `subject`, at `Earliest`, without ack
+    /// timeout; one attempt.
     pub(crate) async fn consumer(
         &self,
         subject: &str,
         group: &str,
         prefetch: usize,
     ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, BoxError> {
+        self.consumer_once(subject, group, prefetch)
+            .await
+            .map_err(|f| Box::new(f) as BoxError)
+    }
+
+    /// Like [`Inner::consumer`], waiting for a broker that is not ready yet
+    /// (within [`PulsarOptions::startup_retry`]).
+    pub(crate) async fn consumer_until_ready(
+        &self,
+        subject: &str,
+        group: &str,
+        prefetch: usize,
+    ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, BoxError> {
+        let what = format!("subscribe to {subject} as {group}");
+        retry::until_ready(self.options.startup_retry, &what, || {
+            self.consumer_once(subject, group, prefetch)
+        })
+        .await
+    }
+
+    async fn consumer_once(
+        &self,
+        subject: &str,
+        group: &str,
+        prefetch: usize,
+    ) -> Result<pulsar::Consumer<Vec<u8>, TokioExecutor>, Failure> {
         let prefetch = u32::try_from(prefetch.max(1)).unwrap_or(64);
         let build = self
             .client
@@ -341,8 +304,10 @@ impl Inner {
             )
             .build::<Vec<u8>>();
         match bounded(self.options.operation_timeout * 2, build).await {
-            Some(r) => Ok(r?),
-            None => Err(format!("timed out subscribing to {subject} as {group}").into()),
+            Some(r) => r.map_err(Failure::from),
+            None => Err(Failure::Timeout(format!(
+                "timed out subscribing to {subject} as {group}"
+            ))),
         }
     }
 
@@ -429,7 +394,16 @@ impl EventQueue for PulsarQueue {
         let consumers = if *paused.borrow() {
             None
         } else {
-            Some(member::attach(&self.inner, topic, group, prefetch).await?)
+            Some(
+                member::attach(
+                    &self.inner,
+                    topic,
+                    group,
+                    prefetch,
+                    member::Patience::UntilReady,
+                )
+                .await?,
+            )
         };
         let guard = self.inner.node.member_guard();
         let id = guard.id;

@@ -25,6 +25,11 @@ pub struct PulsarOptions {
     pub publish_backoff: Vec<Duration>,
     /// Time limit of one broker operation (a send receipt, a subscribe, a lookup).
     pub operation_timeout: Duration,
+    /// How long connecting, subscribing and the first producer of a topic
+    /// keep retrying a broker that is unreachable, still starting or still
+    /// loading the topic (backoff from 250 ms to 5 s, each retry logged)
+    /// before they fail. Tier A `providers.queue.startup_retry_seconds`.
+    pub startup_retry: Duration,
     /// Longest wait between two attempts of the supervisor that re-creates
     /// consumers after a broker restart (it starts at 100 ms and doubles).
     pub reconnect_max_backoff: Duration,
@@ -46,6 +51,7 @@ impl PulsarOptions {
             delivery: DeliveryOptions::default(),
             publish_backoff: [500, 1000, 2000, 4000].map(Duration::from_millis).to_vec(),
             operation_timeout: Duration::from_secs(10),
+            startup_retry: Duration::from_secs(60),
             reconnect_max_backoff: Duration::from_secs(5),
             stream_refresh: Duration::from_secs(5),
             client_name: "crewlet".into(),
@@ -101,6 +107,7 @@ impl std::fmt::Debug for PulsarOptions {
             .field("delivery", &self.delivery)
             .field("publish_backoff", &self.publish_backoff)
             .field("operation_timeout", &self.operation_timeout)
+            .field("startup_retry", &self.startup_retry)
             .field("reconnect_max_backoff", &self.reconnect_max_backoff)
             .field("stream_refresh", &self.stream_refresh)
             .field("client_name", &self.client_name)
@@ -131,6 +138,7 @@ mod tests {
         assert_eq!(o.publish_backoff.len() + 1, 5, "five attempts");
         assert_eq!(o.delivery.max_redeliveries, 10);
         assert_eq!(o.delivery.prefetch, 64);
+        assert_eq!(o.startup_retry, Duration::from_secs(60));
         assert!(!format!("{:?}", o.with_auth_token("secret")).contains("secret"));
     }
 }
