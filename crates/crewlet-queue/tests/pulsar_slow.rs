@@ -4,6 +4,8 @@
 //!   (free loopback ports, wiped temp data dir, from the jars `cargo xtask
 //!   services up` cached) so that it can SIGKILL and restart it without
 //!   disturbing the shared broker.
+//! - `slow_connect_and_subscribe_*` starts its own broker too, crashes and
+//!   relaunches it, and connects and subscribes while it is starting.
 //! - `slow_long_handler_*` holds one message in a handler for 35 s on the
 //!   shared broker, longer than every timeout in play.
 //! - `slow_token_auth_and_tls_*` starts its own broker with token
@@ -26,7 +28,51 @@ fn options(url: &str) -> PulsarOptions {
     o.operation_timeout = Duration::from_secs(2);
     o.publish_backoff = vec![Duration::from_millis(200); 4];
     o.reconnect_max_backoff = Duration::from_secs(1);
+    // Generous: a throwaway broker on a loaded 2-core machine can take minutes.
+    o.startup_retry = Duration::from_secs(240);
     o
+}
+
+/// Warnings logged by this test binary (a global subscriber, installed once;
+/// tests filter by their own unique topic names).
+fn warnings() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOG: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log: &'static std::sync::Mutex<Vec<u8>> =
+            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || Capture(log))
+            .try_init();
+        log
+    })
+}
+
+struct Capture(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The captured warning lines that mention `needle`.
+fn warnings_about(needle: &str) -> Vec<String> {
+    let log = warnings().lock().unwrap_or_else(|p| p.into_inner());
+    String::from_utf8_lossy(&log)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
 }
 
 async fn ready(broker: ThrowawayPulsar) -> ThrowawayPulsar {
@@ -52,7 +98,8 @@ async fn slow_broker_restart_loses_no_acknowledged_publish() {
     let Some(jars) = support::require_jars() else {
         return;
     };
-    let broker = match ThrowawayPulsar::start(jars, support::free_port(), support::free_port()) {
+    let [broker_port, web_port] = support::free_ports();
+    let broker = match ThrowawayPulsar::start(jars, broker_port, web_port) {
         Ok(b) => b,
         Err(e) => panic!("cannot start a throwaway broker: {e}"),
     };
@@ -125,6 +172,99 @@ async fn slow_broker_restart_loses_no_acknowledged_publish() {
     q.shutdown().await;
 }
 
+/// A broker that is still starting is waited for, not failed on: after a
+/// crash and relaunch, a node that connects and a connected node that
+/// subscribes while the broker refuses connections and then loads both come
+/// up once it is ready, and receive what is published.
+///
+/// (The relaunch keeps the data: a brand-new standalone broker answers
+/// lookups a moment before it has created `public/default`, and a missing
+/// namespace is final by design.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_connect_and_subscribe_wait_for_a_starting_broker() {
+    let Some(jars) = support::require_jars() else {
+        return;
+    };
+    let [broker_port, web_port] = support::free_ports();
+    let broker = match ThrowawayPulsar::start(jars, broker_port, web_port) {
+        Ok(b) => b,
+        Err(e) => panic!("cannot start a throwaway broker: {e}"),
+    };
+    let mut broker = ready(broker).await;
+    warnings();
+    let url = broker.url();
+    let connected = match PulsarQueue::connect(options(&url)).await {
+        Ok(q) => q,
+        Err(e) => panic!("connect: {e}"),
+    };
+
+    // Crash and relaunch, then at once: subscribe on the connected node and
+    // connect a second node, while the broker refuses connections and loads.
+    if let Err(e) = broker.restart() {
+        panic!("restart: {e}");
+    }
+    assert!(!broker.healthy(), "the relaunched broker was ready at once");
+    // The readiness wait runs alongside: after a SIGKILL it also mends the
+    // bookie registration loop (see `ThrowawayPulsar::wait_ready`).
+    let readiness = tokio::spawn(ready(broker));
+    let (first, second) = (unique_topic("restarting"), unique_topic("late-node"));
+    let (rec1, rec2) = (Recorder::new(), Recorder::new());
+    let subscribed = connected.subscribe(&first, "g", rec1.handler()).await;
+    let late_node = async {
+        let q = PulsarQueue::connect(options(&url)).await?;
+        let sub = q.subscribe(&second, "g", rec2.handler()).await?;
+        Ok::<_, QueueError>((q, sub))
+    }
+    .await;
+    let broker = match readiness.await {
+        Ok(b) => b,
+        Err(e) => panic!("waiting for the restarted broker: {e}"),
+    };
+    let _first_sub = match subscribed {
+        Ok(s) => s,
+        Err(e) => panic!(
+            "subscribe while the broker restarts: {e}\n{}",
+            broker.log_tail()
+        ),
+    };
+    let (late, _second_sub) = match late_node {
+        Ok(n) => n,
+        Err(e) => panic!(
+            "connect and subscribe while the broker restarts: {e}\n{}",
+            broker.log_tail()
+        ),
+    };
+    let (e1, e2) = (
+        test_event("to the first node"),
+        test_event("to the late node"),
+    );
+    for (q, topic, e) in [(&connected, &first, &e1), (&late, &second, &e2)] {
+        if let Err(err) = q.publish(topic, e).await {
+            panic!("publish after the restart: {err}\n{}", broker.log_tail());
+        }
+    }
+    rec1.wait_for(
+        1,
+        Duration::from_secs(60),
+        "the subscription made during the restart",
+    )
+    .await;
+    rec2.wait_for(1, Duration::from_secs(60), "the late node's subscription")
+        .await;
+    assert_eq!(rec1.seen()[0].event.id, e1.id);
+    assert_eq!(rec2.seen()[0].event.id, e2.id);
+    // It did wait: each retry is logged, naming the operation.
+    let retries = warnings_about(&format!("subscribe to {first} as g"));
+    assert!(
+        retries
+            .iter()
+            .any(|l| l.contains("pulsar broker not ready")),
+        "no retry logged for the subscription made during the restart: {retries:?}"
+    );
+    connected.shutdown().await;
+    late.shutdown().await;
+}
+
 const LONG_TURN: Duration = Duration::from_secs(35);
 
 /// A handler that runs longer than the broker keep-alive (30 s), the client
@@ -161,9 +301,19 @@ async fn slow_long_handler_is_delivered_exactly_once() {
         }
         nodes.push(q);
     }
-    if let Err(e) = nodes[0].publish(&topic, &test_event("an LLM turn")).await {
+    // Published from a node with a roomy operation timeout: a receipt later
+    // than 2 s on a busy broker would make the publish retry, and a second
+    // copy would look like a redelivery.
+    let mut patient = options(&url);
+    patient.operation_timeout = Duration::from_secs(60);
+    let publisher = match PulsarQueue::connect(patient).await {
+        Ok(q) => q,
+        Err(e) => panic!("connect: {e}"),
+    };
+    if let Err(e) = publisher.publish(&topic, &test_event("an LLM turn")).await {
         panic!("publish: {e}");
     }
+    publisher.shutdown().await;
     done.wait_for(1, LONG_TURN + Duration::from_secs(60), "long turn")
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -245,11 +395,7 @@ async fn slow_token_auth_and_tls_round_trip() {
         .collect();
     let admin = hs256_token(&secret, "admin");
     let engine = hs256_token(&secret, "engine");
-    let (plain_port, tls_port, web_port) = (
-        support::free_port(),
-        support::free_port(),
-        support::free_port(),
-    );
+    let [plain_port, tls_port, web_port] = support::free_ports();
     let conf_admin = admin.clone();
     let broker = ThrowawayPulsar::start_with(jars, plain_port, web_port, move |dir| {
         self_signed_cert(dir)?;
@@ -320,7 +466,14 @@ async fn slow_token_auth_and_tls_round_trip() {
         ),
     ] {
         match PulsarQueue::connect(opts).await {
-            Err(err) => eprintln!("{what} refused as expected: {err}"),
+            Err(err) => {
+                let msg = err.to_string();
+                eprintln!("{what} refused as expected: {msg}");
+                assert!(
+                    !msg.contains("still failing after"),
+                    "{what} was retried as if the broker were starting: {msg}"
+                );
+            }
             Ok(_) => panic!("{what} was accepted"),
         }
     }

@@ -40,8 +40,8 @@ pub fn require_jars() -> Option<PathBuf> {
             panic!("CI=true and Pulsar's jars are not cached; run `cargo xtask services up`")
         }
         None => {
-            eprintln!(
-                "SKIPPED (not under CI): Pulsar's jars are not cached; run `cargo xtask services up`"
+            crewlet_test_support::services::skip(
+                "Pulsar's jars are not cached; run `cargo xtask services up`",
             );
             None
         }
@@ -156,7 +156,11 @@ impl ThrowawayPulsar {
         self.spawn(false)
     }
 
-    /// Waits until the admin API lists `public/default`.
+    /// Waits until the broker is ready the way `cargo xtask services up`
+    /// means it: the admin API lists `public/default` and
+    /// `/admin/v2/brokers/health` answers `ok` (a message went through the
+    /// bookie and back). An open port or an answering admin API alone is not
+    /// ready: topics then still fail to load.
     ///
     /// After a SIGKILL the metadata still holds the dead bookie's
     /// registration, and Pulsar 4.0's standalone bookie sometimes loops
@@ -189,12 +193,7 @@ impl ThrowawayPulsar {
                     self.log_tail()
                 ));
             }
-            let listed = http_get(
-                self.web_port,
-                "/admin/v2/namespaces/public",
-                self.admin_token.as_deref(),
-            );
-            if listed.is_some_and(|b| b.contains("public/default")) && !self.registration_loops() {
+            if self.healthy() && !self.registration_loops() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(500));
@@ -203,6 +202,25 @@ impl ThrowawayPulsar {
             "broker not ready after {limit:?}; log:\n{}",
             self.log_tail()
         ))
+    }
+
+    /// Ready right now (see [`ThrowawayPulsar::wait_ready`]).
+    pub fn healthy(&self) -> bool {
+        let token = self.admin_token.as_deref();
+        let listed = http_get(
+            self.web_port,
+            "/admin/v2/namespaces/public",
+            token,
+            PROBE_TIMEOUT,
+        );
+        listed.is_some_and(|b| b.contains("public/default"))
+            && http_get(
+                self.web_port,
+                "/admin/v2/brokers/health",
+                token,
+                HEALTH_TIMEOUT,
+            )
+            .is_some_and(|b| b.trim() == "ok")
     }
 
     /// Whether the current process's log shows the registration loop (many
@@ -242,15 +260,21 @@ impl Drop for ThrowawayPulsar {
     }
 }
 
+/// Time limit of an admin API read.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The health check writes and reads a message (the first one also creates
+/// the heartbeat namespace), which takes a while on a loaded machine.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A minimal HTTP/1.0 GET on loopback; the body when the status is 200.
-fn http_get(port: u16, path: &str, bearer: Option<&str>) -> Option<String> {
+fn http_get(port: u16, path: &str, bearer: Option<&str>, timeout: Duration) -> Option<String> {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect_timeout(
         &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         Duration::from_secs(1),
     )
     .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
     let auth = bearer
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
@@ -261,11 +285,20 @@ fn http_get(port: u16, path: &str, bearer: Option<&str>) -> Option<String> {
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
-/// A loopback port that was free a moment ago (so parallel test runs on one
-/// machine do not fight over fixed ports).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+/// `N` distinct loopback ports that were free a moment ago (so parallel test
+/// runs on one machine do not fight over fixed ports). All `N` listeners are
+/// held until every number is chosen, so no two of them are the same.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"))
+        })
+        .collect();
+    std::array::from_fn(|i| {
+        listeners[i]
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("local_addr: {e}"))
+    })
 }
