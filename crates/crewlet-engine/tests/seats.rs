@@ -196,7 +196,12 @@ async fn one_turn_per_seat_and_a_global_cap() {
         max_total <= 2,
         "the global cap of 2 was exceeded: {max_total}"
     );
-    assert_eq!(engine.agent_state("a"), Some(AgentState::Idle));
+    // `task_completed` is published inside the turn, just before the seat
+    // marks itself idle: wait for that, do not sample it.
+    wait_for("seat a to be idle", WAIT, || async {
+        (engine.agent_state("a") == Some(AgentState::Idle)).then_some(())
+    })
+    .await;
     let summary = engine.usage_summary();
     assert_eq!(summary.agents.len(), 3);
     assert_eq!(
