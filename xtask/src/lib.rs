@@ -10,6 +10,7 @@ pub mod cmd;
 pub mod http;
 pub mod schema;
 pub mod services;
+pub mod test_report;
 
 use std::path::{Path, PathBuf};
 

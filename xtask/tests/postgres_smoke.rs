@@ -16,7 +16,7 @@ fn database_url() -> String {
 fn unreachable(url: &str, why: &str) -> bool {
     let msg = format!("PostgreSQL not reachable at {url} ({why}); run `cargo xtask services up`");
     assert!(!xtask::in_ci(), "CI=true: {msg}");
-    eprintln!("SKIPPED (not under CI): {msg}");
+    crewlet_test_support::services::skip(&msg);
     true
 }
 

@@ -22,7 +22,7 @@ fn host_port(url: &str) -> String {
 fn unreachable(what: &str, why: &str) {
     let msg = format!("Pulsar not reachable at {what} ({why}); run `cargo xtask services up`");
     assert!(!xtask::in_ci(), "CI=true: {msg}");
-    eprintln!("SKIPPED (not under CI): {msg}");
+    crewlet_test_support::services::skip(&msg);
 }
 
 #[test]

@@ -56,8 +56,37 @@ fn require(what: &str, url: String) -> Option<String> {
     if in_ci() {
         panic!("CI=true and {msg}");
     }
-    eprintln!("SKIPPED (not under CI): {msg}");
+    skip(&msg);
     None
+}
+
+/// Names the file where skipped tests record themselves; `cargo xtask ci`
+/// sets it and counts the lines into its `N skipped` summary.
+pub const SKIP_LOG_VAR: &str = "CREWLET_TEST_SKIP_LOG";
+
+/// Reports that the calling test skips because a service is absent (only
+/// outside CI; under `CI=true` the caller must fail instead): a line on
+/// stderr and, when [`SKIP_LOG_VAR`] is set, one line in that file, written
+/// with a single `write` so parallel test binaries never tear each other's.
+pub fn skip(msg: &str) {
+    use std::io::Write;
+    eprintln!("SKIPPED (not under CI): {msg}");
+    let Some(path) = std::env::var_os(SKIP_LOG_VAR).filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("(unnamed test)")
+        .to_owned();
+    let line = format!("{test}\t{}\n", msg.replace('\n', " "));
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("cannot record the skip in {}: {e}", path.to_string_lossy());
+    }
 }
 
 /// The PostgreSQL DSN if the server answers; see [`require`] for the CI rule.

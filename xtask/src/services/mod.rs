@@ -12,7 +12,6 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::{Subcommand, ValueEnum};
 
-use crate::cmd;
 use config::Layout;
 use process::DirLock;
 
@@ -69,7 +68,6 @@ pub fn run(action: Action) -> Result<()> {
             println!("services dir: {}", layout.root().display());
             postgres::status(&layout);
             pulsar::status(&layout);
-            print_protoc_hint();
             Ok(())
         }
         Action::RestartPulsar => {
@@ -88,17 +86,6 @@ fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
     if Service::Pulsar.selected(only) {
         pulsar::up(layout)?;
     }
-    print_protoc_hint();
     println!("services: up in {:.2} s", started.elapsed().as_secs_f64());
     Ok(())
-}
-
-/// The `pulsar` crate needs `protoc` at build time.
-fn print_protoc_hint() {
-    if cmd::which("protoc").is_none() {
-        println!(
-            "hint: `protoc` is missing; the Pulsar client crate needs it to build: \
-             apt-get install -y protobuf-compiler"
-        );
-    }
 }
