@@ -7,7 +7,8 @@ use std::fmt;
 /// One test binary (or one crate's doc-tests) and its result line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Binary {
-    /// `crewlet_queue (tests/pulsar_slow.rs)`, `crewlet_core (doc-tests)`, ...
+    /// `crewlet_queue tests/pulsar_slow.rs`, `crewlet_core src/lib.rs`,
+    /// `crewlet_config doc-tests`: the crate, then the source.
     pub name: String,
     pub passed: u64,
     pub failed: u64,
@@ -22,6 +23,10 @@ pub struct Report {
     pub binaries: Vec<Binary>,
     /// The binary whose result line comes next.
     current: Option<String>,
+    /// The crate whose unit tests ran last: cargo runs each package's unit
+    /// tests before its integration tests, and a `Running tests/x.rs` line
+    /// does not name its package.
+    krate: Option<String>,
 }
 
 /// The summary line's figures.
@@ -47,9 +52,15 @@ impl Report {
     pub fn line(&mut self, line: &str) {
         let t = line.trim();
         if let Some(rest) = t.strip_prefix("Running ") {
-            self.current = Some(binary_name(rest));
+            let (stem, source) = binary_source(rest);
+            let unit = rest.trim_start().starts_with("unittests ");
+            if unit || self.krate.is_none() {
+                self.krate = Some(stem.clone());
+            }
+            let krate = self.krate.as_deref().unwrap_or(&stem);
+            self.current = Some(format!("{krate} {source}"));
         } else if let Some(krate) = t.strip_prefix("Doc-tests ") {
-            self.current = Some(format!("{} (doc-tests)", krate.trim()));
+            self.current = Some(format!("{} doc-tests", krate.trim()));
         } else if let Some(result) = t.strip_prefix("test result: ") {
             let name = self
                 .current
@@ -80,10 +91,10 @@ impl Report {
     }
 }
 
-/// `unittests src/lib.rs (target/debug/deps/crewlet_core-0a1b2c)` becomes
-/// `crewlet_core (src/lib.rs)`; `tests/e2e.rs (target/debug/deps/e2e-ff)`
-/// becomes `e2e (tests/e2e.rs)`.
-fn binary_name(running: &str) -> String {
+/// `unittests src/lib.rs (target/debug/deps/crewlet_core-0a1b2c)` is
+/// `("crewlet_core", "src/lib.rs")`; `tests/e2e.rs (target/debug/deps/e2e-ff)`
+/// is `("e2e", "tests/e2e.rs")`.
+fn binary_source(running: &str) -> (String, String) {
     let running = running.trim();
     let (source, path) = match running.rsplit_once(" (") {
         Some((s, p)) => (s, p.trim_end_matches(')')),
@@ -97,7 +108,7 @@ fn binary_name(running: &str) -> String {
         }
         _ => file,
     };
-    format!("{stem} ({source})")
+    (stem.to_owned(), source.to_owned())
 }
 
 /// `ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.02s`
@@ -140,6 +151,11 @@ running 12 tests
 test envelope::tests::round_trip ... ok
 test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.02s
 
+     Running unittests src/lib.rs (/var/cache/crewlet/target/debug/deps/crewlet_queue-4567cdef)
+
+running 0 tests
+test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s
+
      Running tests/pulsar_slow.rs (/var/cache/crewlet/target/debug/deps/pulsar_slow-89ef0123)
 
 running 4 tests
@@ -161,7 +177,7 @@ test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
     #[test]
     fn result_lines_are_summed_over_every_binary() {
         let r = report();
-        assert_eq!(r.binaries.len(), 3);
+        assert_eq!(r.binaries.len(), 4);
         let totals = r.totals(0);
         assert_eq!(
             totals,
@@ -185,11 +201,11 @@ test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
         assert_eq!(
             slowest,
             [
-                ("pulsar_slow (tests/pulsar_slow.rs)", 71.5),
-                ("crewlet_config (doc-tests)", 1.25)
+                ("crewlet_queue tests/pulsar_slow.rs", 71.5),
+                ("crewlet_config doc-tests", 1.25)
             ]
         );
-        assert_eq!(r.binaries[0].name, "crewlet_core (src/lib.rs)");
+        assert_eq!(r.binaries[0].name, "crewlet_core src/lib.rs");
     }
 
     #[test]

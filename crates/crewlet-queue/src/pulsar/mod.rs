@@ -16,6 +16,9 @@
 //!   [`DEAD_LETTER_GROUP`](crate::topics::DEAD_LETTER_GROUP).
 //! - A supervisor per member re-creates its consumers when the client gives
 //!   up on them (broker down longer than its own retries).
+//! - A broker that is not ready yet (starting, restarting, loading a topic)
+//!   is waited for by `connect`, `subscribe` and the first producer of each
+//!   topic, for `startup_retry` (60 s); see `retry.rs`.
 //! - Streams are non-durable subscriptions (one per matching topic, found by
 //!   listing the namespace every `stream_refresh`): they keep no backlog.
 
