@@ -75,6 +75,15 @@ fn warnings_about(needle: &str) -> Vec<String> {
         .collect()
 }
 
+/// A fresh throwaway broker on free ports, once it is ready.
+async fn started_and_ready(jars: std::path::PathBuf) -> ThrowawayPulsar {
+    let [broker_port, web_port] = support::free_ports();
+    match ThrowawayPulsar::start(jars, broker_port, web_port) {
+        Ok(b) => ready(b).await,
+        Err(e) => panic!("cannot start a throwaway broker: {e}"),
+    }
+}
+
 async fn ready(broker: ThrowawayPulsar) -> ThrowawayPulsar {
     let waited = tokio::task::spawn_blocking(move || {
         let mut b = broker;
@@ -98,12 +107,7 @@ async fn slow_broker_restart_loses_no_acknowledged_publish() {
     let Some(jars) = support::require_jars() else {
         return;
     };
-    let [broker_port, web_port] = support::free_ports();
-    let broker = match ThrowawayPulsar::start(jars, broker_port, web_port) {
-        Ok(b) => b,
-        Err(e) => panic!("cannot start a throwaway broker: {e}"),
-    };
-    let mut broker = ready(broker).await;
+    let mut broker = started_and_ready(jars).await;
     let q = match PulsarQueue::connect(options(&broker.url())).await {
         Ok(q) => q,
         Err(e) => panic!("connect: {e}"),
@@ -185,12 +189,7 @@ async fn slow_connect_and_subscribe_wait_for_a_starting_broker() {
     let Some(jars) = support::require_jars() else {
         return;
     };
-    let [broker_port, web_port] = support::free_ports();
-    let broker = match ThrowawayPulsar::start(jars, broker_port, web_port) {
-        Ok(b) => b,
-        Err(e) => panic!("cannot start a throwaway broker: {e}"),
-    };
-    let mut broker = ready(broker).await;
+    let mut broker = started_and_ready(jars).await;
     warnings();
     let url = broker.url();
     let connected = match PulsarQueue::connect(options(&url)).await {
