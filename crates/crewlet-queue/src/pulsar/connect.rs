@@ -10,7 +10,7 @@ use pulsar::{
 };
 
 use super::retry::{self, Failure};
-use super::{Client, PulsarOptions, bounded};
+use super::{Client, PulsarOptions};
 use crate::{BoxError, QueueError};
 
 /// A client connected to `options.url`. Bad settings fail at once; a broker
@@ -110,16 +110,12 @@ pub(super) async fn check_namespace(
     let ns = format!("{}/{}", options.tenant, options.namespace);
     retry::until_ready(options.startup_retry, "list the namespace", || {
         let (c, ns) = (client.clone(), ns.clone());
-        async move {
-            match bounded(limit, async move {
-                c.get_topics_of_namespace(ns, Mode::Persistent).await
-            })
-            .await
-            {
-                Some(listed) => listed.map(drop).map_err(Failure::from),
-                None => Err(Failure::Timeout("timed out listing the namespace".into())),
-            }
-        }
+        let listed = retry::attempt(
+            limit,
+            || "timed out listing the namespace".into(),
+            async move { c.get_topics_of_namespace(ns, Mode::Persistent).await },
+        );
+        async move { listed.await.map(drop) }
     })
     .await
     .map_err(missing)?;
@@ -127,14 +123,12 @@ pub(super) async fn check_namespace(
     let probe = options.full_topic("crewlet.startup-probe");
     retry::until_ready(options.startup_retry, "look up a topic", || {
         let (c, probe) = (client.clone(), probe.clone());
-        async move {
-            match bounded(limit, async move { c.lookup_topic(probe).await }).await {
-                Some(found) => found.map(drop).map_err(Failure::from),
-                None => Err(Failure::Timeout(
-                    "timed out looking up a topic of the namespace".into(),
-                )),
-            }
-        }
+        let found = retry::attempt(
+            limit,
+            || "timed out looking up a topic of the namespace".into(),
+            async move { c.lookup_topic(probe).await },
+        );
+        async move { found.await.map(drop) }
     })
     .await
     .map_err(missing)

@@ -74,10 +74,10 @@ pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) options: PulsarOptions,
     pub(crate) node: Arc<Node>,
-    producers: std::sync::Mutex<HashMap<String, SharedProducer>>,
-    /// Topics this node has had a producer for: only the first producer of
-    /// a topic waits for a broker that is still starting.
-    produced: std::sync::Mutex<HashSet<String>>,
+    /// Per topic this node has made a producer for: the cached producer, or
+    /// `None` after a failed send dropped it. Only the first producer of a
+    /// topic (no entry yet) waits for a broker that is still starting.
+    producers: std::sync::Mutex<HashMap<String, Option<SharedProducer>>>,
     dead_letter_keepers: AsyncMutex<HashSet<String>>,
     next_consumer: std::sync::atomic::AtomicU64,
 }
@@ -96,7 +96,6 @@ impl PulsarQueue {
                 node: Arc::new(Node::new(options.delivery.clone())),
                 options,
                 producers: std::sync::Mutex::new(HashMap::new()),
-                produced: std::sync::Mutex::new(HashSet::new()),
                 dead_letter_keepers: AsyncMutex::new(HashSet::new()),
                 next_consumer: std::sync::atomic::AtomicU64::new(0),
             }),
@@ -127,7 +126,7 @@ pub(crate) fn now_millis() -> i64 {
 
 impl Inner {
     fn producer_for(&self, full_topic: &str) -> Option<SharedProducer> {
-        lock(&self.producers).get(full_topic).cloned()
+        lock(&self.producers).get(full_topic).cloned().flatten()
     }
 
     async fn producer(&self, full_topic: &str) -> Result<SharedProducer, pulsar::Error> {
@@ -135,11 +134,11 @@ impl Inner {
             return Ok(p);
         }
         let producer = self.new_producer(full_topic).await?;
-        lock(&self.produced).insert(full_topic.to_owned());
         let mut all = lock(&self.producers);
         Ok(all
             .entry(full_topic.to_owned())
-            .or_insert_with(|| Arc::new(AsyncMutex::new(producer)))
+            .or_default()
+            .get_or_insert_with(|| Arc::new(AsyncMutex::new(producer)))
             .clone())
     }
 
@@ -147,21 +146,16 @@ impl Inner {
     /// that is not ready yet (within [`PulsarOptions::startup_retry`]); later
     /// ones, after a failed send, are left to the publish retry policy.
     async fn first_producer(self: &Arc<Self>, full_topic: &str) -> Result<(), BoxError> {
-        if lock(&self.produced).contains(full_topic) {
+        if lock(&self.producers).contains_key(full_topic) {
             return Ok(());
         }
         let limit = self.options.operation_timeout;
         let what = format!("create a producer for {full_topic}");
         retry::until_ready(self.options.startup_retry, &what, || {
             let (me, topic) = (self.clone(), full_topic.to_owned());
-            async move {
-                match bounded(limit, async move { me.producer(&topic).await }).await {
-                    Some(made) => made.map(drop).map_err(Failure::from),
-                    None => Err(Failure::Timeout(format!(
-                        "timed out creating a producer for {full_topic}"
-                    ))),
-                }
-            }
+            let timed_out = || format!("timed out creating a producer for {full_topic}");
+            let made = retry::attempt(limit, timed_out, async move { me.producer(&topic).await });
+            async move { made.await.map(drop) }
         })
         .await
     }
@@ -184,7 +178,9 @@ impl Inner {
     }
 
     fn forget_producer(&self, full_topic: &str) {
-        lock(&self.producers).remove(full_topic);
+        if let Some(slot) = lock(&self.producers).get_mut(full_topic) {
+            *slot = None;
+        }
     }
 
     async fn send_once(
@@ -306,12 +302,8 @@ impl Inner {
                     .durable(true),
             )
             .build::<Vec<u8>>();
-        match bounded(self.options.operation_timeout * 2, build).await {
-            Some(r) => r.map_err(Failure::from),
-            None => Err(Failure::Timeout(format!(
-                "timed out subscribing to {subject} as {group}"
-            ))),
-        }
+        let timed_out = || format!("timed out subscribing to {subject} as {group}");
+        retry::attempt(self.options.operation_timeout * 2, timed_out, build).await
     }
 
     /// Makes sure the dead-letter topic has its keeper subscription, so dead
@@ -455,7 +447,7 @@ impl EventQueue for PulsarQueue {
         let report = self.inner.node.shutdown_members().await;
         let producers: Vec<_> = lock(&self.inner.producers)
             .drain()
-            .map(|(_, p)| p)
+            .filter_map(|(_, p)| p)
             .collect();
         for p in producers {
             let _ = bounded(self.inner.options.operation_timeout, async move {

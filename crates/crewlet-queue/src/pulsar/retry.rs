@@ -19,6 +19,7 @@ use pulsar::error::{
 };
 use pulsar::message::proto::ServerError;
 
+use super::bounded;
 use crate::BoxError;
 
 /// First wait between two attempts; it doubles up to [`MAX_WAIT`].
@@ -95,9 +96,27 @@ impl fmt::Display for GaveUp {
 
 impl std::error::Error for GaveUp {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.last {
-            Failure::Pulsar(e) => Some(e),
-            Failure::Timeout(_) => None,
+        std::error::Error::source(&self.last)
+    }
+}
+
+/// One attempt of `operation`, in its own task and bounded by `limit` (see
+/// [`bounded`]); running out of time is a [`Failure::Timeout`] saying
+/// `timed_out()`.
+///
+/// The operation is boxed at once: the client's builder futures are large,
+/// and carrying one inline through each layer of callers' futures overflows
+/// a 2 MiB thread stack in debug builds.
+pub(crate) fn attempt<T: Send + 'static>(
+    limit: Duration,
+    timed_out: impl FnOnce() -> String,
+    operation: impl Future<Output = Result<T, pulsar::Error>> + Send + 'static,
+) -> impl Future<Output = Result<T, Failure>> {
+    let operation = Box::pin(operation);
+    async move {
+        match bounded(limit, operation).await {
+            Some(done) => done.map_err(Failure::from),
+            None => Err(Failure::Timeout(timed_out())),
         }
     }
 }
