@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use crewlet_test_support::services::SKIP_LOG_VAR;
+
 use crate::test_report::Report;
 use crate::{cmd, workspace_root};
 
@@ -29,10 +31,6 @@ pub const STEPS: &[(&str, &[&str])] = &[
     ),
     ("tests", &["test", "--workspace", "--all-features"]),
 ];
-
-/// Where tests that skip for want of a service record themselves
-/// (`crewlet_test_support::services::skip` appends one line per skip).
-pub const SKIP_LOG_VAR: &str = "CREWLET_TEST_SKIP_LOG";
 
 /// How many of the slowest test binaries the summary lists.
 const SLOWEST: usize = 10;

@@ -36,18 +36,16 @@ fn options(url: &str) -> PulsarOptions {
 /// Warnings logged by this test binary (a global subscriber, installed once;
 /// tests filter by their own unique topic names).
 fn warnings() -> &'static std::sync::Mutex<Vec<u8>> {
-    static LOG: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
-        std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let log: &'static std::sync::Mutex<Vec<u8>> =
-            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+    static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
         let _ = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::WARN)
             .with_ansi(false)
-            .with_writer(move || Capture(log))
+            .with_writer(|| Capture(&LOG))
             .try_init();
-        log
-    })
+    });
+    &LOG
 }
 
 struct Capture(&'static std::sync::Mutex<Vec<u8>>);
