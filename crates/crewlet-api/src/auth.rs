@@ -161,14 +161,17 @@ mod tests {
                 ApiToken {
                     id: "ops".into(),
                     token: "s3cret-token".into(),
+                    scopes: None,
                 },
                 ApiToken {
                     id: "ci".into(),
                     token: "another-one".into(),
+                    scopes: None,
                 },
                 ApiToken {
                     id: "blank".into(),
                     token: "  ".into(),
+                    scopes: None,
                 },
             ],
             allow_anonymous_read: true,

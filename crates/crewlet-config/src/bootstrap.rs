@@ -13,6 +13,7 @@ use crate::error::{ConfigError, Problem};
 use crate::figment_yaml::SaphyrYaml;
 use crate::interpolate::{interpolate_all, process_env};
 use crate::schema::Tier;
+use crate::security::{Scope, Security};
 use crate::yaml::YamlPath;
 
 /// Prefix of the environment variables that override Tier A settings.
@@ -40,6 +41,11 @@ pub struct Bootstrap {
     /// Logs and traces.
     #[serde(default)]
     pub observability: Observability,
+    /// What the company file (Tier B, replaceable through `PUT /config` by
+    /// an `admin` token) may make the engine do: MCP programs, environment
+    /// variables, outbound hosts.
+    #[serde(default)]
+    pub security: Security,
 }
 
 /// Infrastructure. A missing block means the in-memory stand-in.
@@ -223,6 +229,38 @@ pub struct ApiToken {
     /// The secret, usually a `${VAR}` reference or set through the environment.
     #[schemars(length(min = 1))]
     pub token: String,
+    /// What the token may do: `read`, `operate` (tasks and budgets),
+    /// `admin` (the company configuration). `operate` and `admin` include
+    /// `read`. Unset: every scope, with a warning at start (deprecated; list
+    /// the scopes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub scopes: Option<Vec<Scope>>,
+}
+
+impl ApiToken {
+    /// A token with every scope (as a file without `scopes` gives).
+    pub fn new(id: impl Into<String>, token: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            token: token.into(),
+            scopes: None,
+        }
+    }
+
+    /// The same token with these scopes.
+    pub fn with_scopes(mut self, scopes: impl IntoIterator<Item = Scope>) -> Self {
+        self.scopes = Some(scopes.into_iter().collect());
+        self
+    }
+
+    /// Whether the token may do what `scope` covers.
+    pub fn grants(&self, scope: Scope) -> bool {
+        match &self.scopes {
+            None => true,
+            Some(list) => list.contains(&scope) || (scope == Scope::Read && !list.is_empty()),
+        }
+    }
 }
 
 /// Logs and traces.
@@ -388,7 +426,26 @@ impl Bootstrap {
                 ));
             }
             ids.push(&t.id);
+            if t.scopes.as_ref().is_some_and(Vec::is_empty) {
+                let at = YamlPath::root()
+                    .key("api")
+                    .key("auth")
+                    .key("tokens")
+                    .index(i)
+                    .key("scopes");
+                out.push(Finding::new(
+                    at,
+                    format!(
+                        "token `{}` has no scopes and could do nothing: list read, operate and/or admin",
+                        t.id
+                    ),
+                ));
+            }
         }
+        out.extend(
+            self.security
+                .findings_of_block(&YamlPath::root().key("security")),
+        );
         out
     }
 }

@@ -41,6 +41,23 @@ pub fn has_references(input: &str) -> bool {
     false
 }
 
+/// The names of every `${NAME}` reference in `input`, in order.
+pub fn references(input: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = input;
+    while let Some(i) = rest.find("${") {
+        let after = &rest[i + 2..];
+        match after.find('}') {
+            Some(end) if is_name(&after[..end]) => {
+                out.push(&after[..end]);
+                rest = &after[end + 1..];
+            }
+            _ => rest = &rest[i + 1..],
+        }
+    }
+    out
+}
+
 /// Expands every string inside `value` (a provider entry, an integration
 /// block, an MCP server, ...); the error names the missing variable and where
 /// it was referenced.
@@ -204,5 +221,7 @@ mod tests {
     fn detects_references() {
         assert!(has_references("a ${B} c"));
         assert!(!has_references("a $B ${1:-x}"));
+        assert_eq!(references("${A}-${1}-$${B_2}${"), ["A", "B_2"]);
+        assert!(references("$A ${} ${a-b}").is_empty());
     }
 }

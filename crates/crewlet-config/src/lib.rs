@@ -25,6 +25,7 @@ mod interpolate;
 mod organization;
 mod schema;
 mod schema_check;
+mod security;
 mod yaml;
 
 pub use bootstrap::{
@@ -43,9 +44,13 @@ pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;
 pub use error::{ConfigError, Problem};
 pub use figment_yaml::SaphyrYaml;
-pub use interpolate::{has_references, interpolate, interpolate_all, process_env};
+pub use interpolate::{has_references, interpolate, interpolate_all, process_env, references};
 pub use organization::{OrgUnit, Organization, Seat, derive_handle, is_valid_handle};
 pub use schema::Tier;
+pub use security::{
+    CompanyEnv, DEFAULT_COMPANY_ENV_NAMES, DEFAULT_COMPANY_ENV_PREFIX, FORBIDDEN_MCP_ENV,
+    FORBIDDEN_MCP_ENV_PREFIXES, Lookup, Scope, Security,
+};
 
 /// Validates a file of either tier (`tier: None` guesses it from the keys,
 /// see [`Tier::detect`]). Reads no environment and touches no network.

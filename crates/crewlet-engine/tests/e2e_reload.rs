@@ -59,6 +59,7 @@ async fn waits_for_a_company_then_follows_new_revisions() {
     bootstrap.api.auth.tokens = vec![ApiToken {
         id: "founder".into(),
         token: TOKEN.into(),
+        scopes: None,
     }];
     let (stop, stopped) = oneshot::channel::<()>();
     let engine = tokio::spawn(run_until(bootstrap, RunOptions::default(), async move {

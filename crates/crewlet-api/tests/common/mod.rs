@@ -175,6 +175,7 @@ pub fn api_config(tokens: bool, anonymous_read: bool) -> ApiConfig {
                 vec![ApiToken {
                     id: "ops".into(),
                     token: TOKEN.into(),
+                    scopes: None,
                 }]
             } else {
                 vec![]
