@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Problem;
 use crate::schema::Tier;
 use crate::schema_check::Walk;
-use crate::yaml::{self, Loc, Node, NodeKind, YamlPath};
+use crate::yaml::{self, Loc, Locator, Node, NodeKind, YamlPath};
 
 /// A problem of meaning, found on typed values: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,8 +73,14 @@ pub(crate) fn structural<T: DeserializeOwned>(
         Err(e) => {
             // The schema and the types come from the same definitions, so this
             // only happens when an earlier problem removed a required value.
+            // Located at the document, so that it still has a line.
             if problems.is_empty() {
-                problems.push(Problem::new(source, &YamlPath::root(), None, e.to_string()));
+                problems.push(Problem::new(
+                    source,
+                    &YamlPath::root(),
+                    Some(tree.loc),
+                    e.to_string(),
+                ));
             }
             None
         }
@@ -89,10 +95,11 @@ pub(crate) fn structural<T: DeserializeOwned>(
 
 /// Findings as problems, located in `tree` when it has the path.
 pub(crate) fn locate(source: &str, tree: Option<&Node>, findings: Vec<Finding>) -> Vec<Problem> {
+    let mut locator = tree.map(Locator::new);
     let mut problems: Vec<Problem> = findings
         .into_iter()
         .map(|f| {
-            let loc = tree.map(|t| t.locate(&f.path));
+            let loc = locator.as_mut().map(|l| l.locate(&f.path));
             Problem::new(source, &f.path, loc, f.message)
         })
         .collect();

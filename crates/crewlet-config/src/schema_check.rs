@@ -127,13 +127,15 @@ impl<'s> Walk<'s> {
             .unwrap_or_default();
         let mut out = Map::new();
         let mut complete = true;
+        let mut known: Option<Vec<&str>> = None;
         for entry in entries {
             let p = path.key(&entry.key);
             let value_schema = match props.and_then(|props| props.get(&entry.key)) {
                 Some(s) => s,
                 None => match additional {
                     Some(Value::Bool(false)) => {
-                        let message = unknown_key(&entry.key, props);
+                        let known = known.get_or_insert_with(|| known_keys(props));
+                        let message = unknown_key(&entry.key, known);
                         self.problems.push(TreeProblem {
                             path: p,
                             loc: entry.key_loc,
@@ -177,7 +179,7 @@ impl<'s> Walk<'s> {
             if types.contains(&"integer")
                 && let Some(n) = parse_int(&s.text)
             {
-                return self.in_range(node, schema, n as f64, Value::Number(n.into()), path);
+                return self.int_in_range(node, schema, n, path);
             }
             if types.contains(&"number")
                 && let Some(f) = parse_float(&s.text)
@@ -240,6 +242,36 @@ impl<'s> Walk<'s> {
             return None;
         }
         Some(value)
+    }
+
+    /// A whole number within the schema's bounds and its `format`'s (`uint32`
+    /// and the like: the Rust type's range), so a value too large for the
+    /// field is reported here, at its line, and not by serde later.
+    fn int_in_range(
+        &mut self,
+        node: &Node,
+        schema: &Value,
+        n: Int,
+        path: &YamlPath,
+    ) -> Option<Value> {
+        let (type_min, type_max) = format_bounds(schema.get("format").and_then(Value::as_str));
+        // `as` saturates, which is what a bound beyond i128 means.
+        let bound = |k: &str| schema.get(k).and_then(Value::as_f64).map(|b| b as i128);
+        let min = bound("minimum").map_or(type_min, |b| b.max(type_min));
+        let max = bound("maximum").map_or(type_max, |b| b.min(type_max));
+        let shown = n.to_string();
+        if n.value < min {
+            self.problem(path, node, format!("{shown} is below the minimum {min}"));
+            return None;
+        }
+        if n.value > max {
+            self.problem(path, node, format!("{shown} is above the maximum {max}"));
+            return None;
+        }
+        match i64::try_from(n.value) {
+            Ok(v) => Some(Value::Number(v.into())),
+            Err(_) => u64::try_from(n.value).ok().map(|v| Value::Number(v.into())),
+        }
     }
 
     fn check_enum(&mut self, node: &Node, values: &[Value], path: &YamlPath) -> Option<Value> {
@@ -437,12 +469,32 @@ fn show_value(v: &Value) -> String {
     }
 }
 
-fn unknown_key(key: &str, props: Option<&Map<String, Value>>) -> String {
-    let known: Vec<&str> = props
+/// The range of the Rust integer type behind a schemars `format`; any
+/// integer JSON can carry (i64 or u64) when there is none.
+fn format_bounds(format: Option<&str>) -> (i128, i128) {
+    match format {
+        Some("uint8") => (0, u8::MAX.into()),
+        Some("uint16") => (0, u16::MAX.into()),
+        Some("uint32") => (0, u32::MAX.into()),
+        Some("uint64" | "uint") => (0, u64::MAX.into()),
+        Some("int8") => (i8::MIN.into(), i8::MAX.into()),
+        Some("int16") => (i16::MIN.into(), i16::MAX.into()),
+        Some("int32") => (i32::MIN.into(), i32::MAX.into()),
+        Some("int64" | "int") => (i64::MIN.into(), i64::MAX.into()),
+        _ => (i64::MIN.into(), u64::MAX.into()),
+    }
+}
+
+/// The keys a map allows, for unknown-key messages.
+fn known_keys(props: Option<&Map<String, Value>>) -> Vec<&str> {
+    props
         .map(|p| p.keys().map(String::as_str).collect())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+fn unknown_key(key: &str, known: &[&str]) -> String {
     let mut message = format!("unknown key `{key}`");
-    if let Some(best) = closest(key, &known) {
+    if let Some(best) = closest(key, known) {
         message.push_str(&format!("; did you mean `{best}`?"));
     } else if !known.is_empty() {
         message.push_str(&format!("; expected one of: {}", known.join(", ")));
@@ -458,52 +510,99 @@ pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
     if limit == 0 {
         return None;
     }
-    candidates
-        .iter()
-        .map(|c| (edit_distance(&word.to_lowercase(), &c.to_lowercase()), *c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-/// Edit distance counting a swap of two neighbours as one edit
-/// (optimal string alignment), so `prot` is one edit from `port`.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
+    let word: Vec<char> = word.to_lowercase().chars().collect();
+    let mut lower: Vec<char> = Vec::new();
+    let mut best: Option<(usize, &'a str)> = None;
+    for c in candidates {
+        // Cheap ruling out first: the distance is at least the difference
+        // in length (exact for ASCII, where lower case keeps the length).
+        if c.is_ascii() && c.len().abs_diff(word.len()) > limit {
+            continue;
+        }
+        lower.clear();
+        lower.extend(c.chars().flat_map(char::to_lowercase));
+        // The first candidate at the smallest distance wins, as with `min_by_key`.
+        let bound = best.map_or(limit, |(d, _)| d.saturating_sub(1));
+        if let Some(d) = edit_distance(&word, &lower, bound)
+            && best.is_none_or(|(b, _)| d < b)
+        {
+            best = Some((d, c));
         }
     }
-    d[a.len()][b.len()]
+    best.map(|(_, c)| c)
+}
+
+/// Edit distance counting a swap of two neighbours as one edit (optimal
+/// string alignment), so `prot` is one edit from `port`; `None` when it is
+/// above `limit`. Three rolling rows, and it stops as soon as every cell of
+/// a row is above the limit: checking a word against a long list is cheap.
+fn edit_distance(a: &[char], b: &[char], limit: usize) -> Option<usize> {
+    // The distance is at least the difference in length.
+    if a.len().abs_diff(b.len()) > limit {
+        return None;
+    }
+    let width = b.len() + 1;
+    let mut before: Vec<usize> = vec![0; width];
+    let mut prev: Vec<usize> = (0..width).collect();
+    let mut cur: Vec<usize> = vec![0; width];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        let mut row_min = i;
+        for j in 1..width {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            cur[j] = d;
+            row_min = row_min.min(d);
+        }
+        // A cell only grows from the rows above it (a swap reaches back two
+        // rows, so both must be over the limit).
+        if row_min > limit && prev.iter().min().is_some_and(|&m| m > limit) {
+            return None;
+        }
+        std::mem::swap(&mut before, &mut prev);
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    Some(prev[b.len()]).filter(|&d| d <= limit)
+}
+
+/// A whole number as written: its value, saturated at the ends of `i128`
+/// for longer digit strings (which are out of every field's range anyway).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Int {
+    value: i128,
+    saturated: bool,
+}
+
+impl std::fmt::Display for Int {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.saturated, self.value > 0) {
+            (false, _) => write!(f, "{}", self.value),
+            (true, true) => f.write_str("a number beyond 2^127"),
+            (true, false) => f.write_str("a number below -2^127"),
+        }
+    }
 }
 
 /// YAML 1.2 core-schema integers, plus `_` digit separators.
-fn parse_int(text: &str) -> Option<i64> {
+fn parse_int(text: &str) -> Option<Int> {
     let (neg, digits) = match text.as_bytes().first()? {
         b'-' => (true, &text[1..]),
         b'+' => (false, &text[1..]),
         _ => (false, text),
     };
-    let value = if let Some(hex) = digits.strip_prefix("0x") {
-        i64::from_str_radix(hex, 16).ok()?
+    let (radix, digits) = if let Some(hex) = digits.strip_prefix("0x") {
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        (16, hex.to_owned())
     } else if let Some(oct) = digits.strip_prefix("0o") {
-        i64::from_str_radix(oct, 8).ok()?
+        if oct.is_empty() || !oct.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return None;
+        }
+        (8, oct.to_owned())
     } else {
         if digits.is_empty()
             || digits.starts_with('_')
@@ -512,9 +611,27 @@ fn parse_int(text: &str) -> Option<i64> {
         {
             return None;
         }
-        digits.replace('_', "").parse().ok()?
+        (10, digits.replace('_', ""))
     };
-    Some(if neg { -value } else { value })
+    // The sign is parsed with the digits so that -2^127 itself fits.
+    let signed = if neg { format!("-{digits}") } else { digits };
+    match i128::from_str_radix(&signed, radix) {
+        Ok(value) => Some(Int {
+            value,
+            saturated: false,
+        }),
+        Err(e) => match e.kind() {
+            std::num::IntErrorKind::PosOverflow => Some(Int {
+                value: i128::MAX,
+                saturated: true,
+            }),
+            std::num::IntErrorKind::NegOverflow => Some(Int {
+                value: i128::MIN,
+                saturated: true,
+            }),
+            _ => None,
+        },
+    }
 }
 
 /// YAML 1.2 core-schema floats, without infinities and NaN (no setting wants them).
@@ -541,8 +658,13 @@ fn scalar_any(s: &Scalar) -> Value {
         "false" | "False" | "FALSE" => return Value::Bool(false),
         _ => {}
     }
-    if let Some(n) = parse_int(&s.text) {
-        return Value::Number(n.into());
+    if let Some(n) = parse_int(&s.text).filter(|n| !n.saturated) {
+        if let Ok(v) = i64::try_from(n.value) {
+            return Value::Number(v.into());
+        }
+        if let Ok(v) = u64::try_from(n.value) {
+            return Value::Number(v.into());
+        }
     }
     if let Some(n) = parse_float(&s.text).and_then(Number::from_f64) {
         return Value::Number(n);
@@ -672,10 +794,15 @@ mod tests {
 
     #[test]
     fn numbers_parse_like_yaml() {
-        assert_eq!(parse_int("1_000"), Some(1000));
-        assert_eq!(parse_int("-0o17"), Some(-15));
+        let int = |t: &str| parse_int(t).filter(|n| !n.saturated).map(|n| n.value);
+        assert_eq!(int("1_000"), Some(1000));
+        assert_eq!(int("-0o17"), Some(-15));
+        assert_eq!(int("0x1F"), Some(31));
+        assert_eq!(int("18446744073709551616"), Some(1 << 64));
         assert_eq!(parse_int("1.0"), None);
         assert_eq!(parse_int("_1"), None);
+        assert_eq!(parse_int("0x-1"), None);
+        assert!(parse_int(&"9".repeat(60)).is_some_and(|n| n.saturated));
         assert_eq!(parse_float("1e3"), Some(1000.0));
         assert_eq!(parse_float("inf"), None);
         assert_eq!(parse_float("nan"), None);
@@ -686,5 +813,28 @@ mod tests {
         assert_eq!(closest("handel", &["handle", "name"]), Some("handle"));
         assert_eq!(closest("zzz", &["handle", "name"]), None);
         assert_eq!(closest("prot", &["host", "port"]), Some("port"));
+        assert_eq!(
+            closest("Europe/Pariss", &["Europe/Prague", "Europe/Paris"]),
+            Some("Europe/Paris")
+        );
+        // Ties go to the first candidate.
+        assert_eq!(closest("nam", &["nap", "nab"]), Some("nap"));
+        assert_eq!(closest("handles", &["handle", "handled"]), Some("handle"));
+    }
+
+    #[test]
+    fn edit_distances() {
+        let d = |a: &str, b: &str| {
+            let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+            edit_distance(&a, &b, 10)
+        };
+        assert_eq!(d("kitten", "sitting"), Some(3));
+        assert_eq!(d("prot", "port"), Some(1));
+        assert_eq!(d("", "abc"), Some(3));
+        assert_eq!(d("abc", "abc"), Some(0));
+        assert_eq!(d("ca", "abc"), Some(3));
+        let a: Vec<char> = "abcdefgh".chars().collect();
+        let b: Vec<char> = "zyxwvuts".chars().collect();
+        assert_eq!(edit_distance(&a, &b, 3), None);
     }
 }

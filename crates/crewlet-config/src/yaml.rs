@@ -177,20 +177,10 @@ impl Node {
 
     /// The position of the deepest node along `path` that exists: the value
     /// itself when the document has it, otherwise its nearest ancestor.
+    /// (Checks use a [`Locator`], which is quick for many paths.)
+    #[cfg(test)]
     pub fn locate(&self, path: &YamlPath) -> Loc {
-        let mut node = self;
-        for seg in &path.0 {
-            let next = match (seg, &node.kind) {
-                (Seg::Key(k), NodeKind::Map(_)) => node.get(k),
-                (Seg::Index(i), NodeKind::Seq(items)) => items.get(*i),
-                _ => None,
-            };
-            match next {
-                Some(n) => node = n,
-                None => break,
-            }
-        }
-        node.loc
+        Locator::new(self).locate(path)
     }
 
     /// A short description for messages: `a map`, `a list`, or the scalar.
@@ -215,6 +205,50 @@ impl Node {
             NodeKind::Seq(items) => 1 + items.iter().map(Node::size).sum::<usize>(),
             NodeKind::Map(entries) => 1 + entries.iter().map(|e| 1 + e.value.size()).sum::<usize>(),
         }
+    }
+}
+
+/// Maps with more keys than this are indexed by a [`Locator`]; smaller ones
+/// are searched in place.
+const SMALL_MAP: usize = 16;
+
+/// Finds the positions of many paths in one tree. A map with many keys is
+/// indexed the first time a path goes through it, so locating n problems in
+/// a map of n keys costs n steps, not n².
+pub struct Locator<'t> {
+    root: &'t Node,
+    maps: HashMap<*const Node, HashMap<&'t str, &'t Node>>,
+}
+
+impl<'t> Locator<'t> {
+    pub fn new(root: &'t Node) -> Self {
+        Self {
+            root,
+            maps: HashMap::new(),
+        }
+    }
+
+    /// As [`Node::locate`] on the root.
+    pub fn locate(&mut self, path: &YamlPath) -> Loc {
+        let mut node = self.root;
+        for seg in &path.0 {
+            let next = match (seg, &node.kind) {
+                (Seg::Key(k), NodeKind::Map(entries)) if entries.len() > SMALL_MAP => self
+                    .maps
+                    .entry(std::ptr::from_ref(node))
+                    .or_insert_with(|| entries.iter().map(|e| (e.key.as_str(), &e.value)).collect())
+                    .get(k.as_str())
+                    .copied(),
+                (Seg::Key(k), NodeKind::Map(_)) => node.get(k),
+                (Seg::Index(i), NodeKind::Seq(items)) => items.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => break,
+            }
+        }
+        node.loc
     }
 }
 
@@ -252,6 +286,9 @@ enum Frame {
         path: YamlPath,
         key: Option<(String, Loc)>,
         merges: Vec<(Node, Loc)>,
+        /// Position in `entries` of each key, so duplicates are found in
+        /// constant time however many keys the map has.
+        index: HashMap<String, usize>,
     },
 }
 
@@ -320,6 +357,7 @@ impl Builder {
                 entries,
                 merges,
                 path,
+                index,
                 ..
             } => {
                 let Some((key, key_loc)) = slot.take() else {
@@ -327,7 +365,7 @@ impl Builder {
                 };
                 if key == "<<" {
                     merges.push((node, key_loc));
-                } else if let Some(first) = entries.iter().find(|e| e.key == key) {
+                } else if let Some(first) = index.get(&key).and_then(|&i| entries.get(i)) {
                     let message = format!(
                         "duplicate key `{key}` (first defined at line {})",
                         first.key_loc.line
@@ -335,6 +373,7 @@ impl Builder {
                     let path = path.key(&key);
                     self.problem(path, key_loc, message);
                 } else {
+                    index.insert(key.clone(), entries.len());
                     entries.push(Entry {
                         key,
                         key_loc,
@@ -353,6 +392,7 @@ impl Builder {
             anchor,
             path,
             merges,
+            mut index,
             ..
         } = frame
         else {
@@ -369,7 +409,8 @@ impl Builder {
                 match src.kind {
                     NodeKind::Map(merged) => {
                         for e in merged {
-                            if !entries.iter().any(|x| x.key == e.key) {
+                            if !index.contains_key(&e.key) {
+                                index.insert(e.key.clone(), entries.len());
                                 entries.push(e);
                             }
                         }
@@ -477,6 +518,7 @@ pub fn parse(text: &str) -> Parsed {
                     path,
                     key: None,
                     merges: Vec::new(),
+                    index: HashMap::new(),
                 });
                 Ok(())
             }
