@@ -30,6 +30,15 @@ pub struct RawWebhook {
     #[schema(value_type = Object)]
     pub body: serde_json::Value,
     pub received_at: DateTime<Utc>,
+    /// `sha256:{hex}` of the signed body, for sources whose signature does
+    /// not cover the delivery id: a second dedupe key, so a captured
+    /// request resent under a fresh id is refused as a replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_key: Option<String>,
+    /// Set when the API could not reach the dedupe store and published the
+    /// delivery anyway: the router's own claims decide whether it is new.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dedupe_deferred: bool,
 }
 
 impl RawWebhook {

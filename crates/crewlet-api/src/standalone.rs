@@ -1,6 +1,7 @@
 //! The standalone API process (`crewlet run api`, `crewlet-api`): builds the
 //! queue and the stores from the Tier A bootstrap, serves until SIGINT or
-//! SIGTERM, then drains and flushes the buffered event store.
+//! SIGTERM, then drains; its `raw_webhook` events are stored from the
+//! broker by the `event-store` group ([`crate::archive`]).
 //!
 //! Port: `--port`, default [`DEFAULT_PORT`]; `api.port` is never read (it is
 //! the engine's embedded API). Host: `--host`, else `api.host`.
@@ -9,15 +10,16 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use std::sync::Mutex;
+
 use crewlet_config::{Bootstrap, Observability, QueueKind};
-use crewlet_core::Event;
-use crewlet_queue::{EventQueue, HandlerError, MemoryQueue, PublishListener};
-use crewlet_store::{BufferedEventStore, BufferedOptions, EventStore, MigrationOptions, Stores};
+use crewlet_queue::{EventQueue, MemoryQueue};
+use crewlet_store::{EventStore, EventStoreWriter, MigrationOptions, Stores};
 use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::net::TcpListener;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
+use crate::archive::{ArchiveMembers, EventArchive};
 use crate::error::ApiError;
 use crate::state::ApiBuilder;
 
@@ -30,17 +32,20 @@ pub struct Backends {
     pub stores: Stores,
     /// The event store reads go to.
     pub events: Arc<dyn EventStore>,
-    buffered: Option<Arc<BufferedEventStore>>,
+    /// Stores the `raw_webhook` events this process publishes, from the broker.
+    pub archive: Arc<EventArchive>,
+    members: Mutex<Option<ArchiveMembers>>,
 }
 
 impl Backends {
     /// Connects the queue (Pulsar when `providers.queue.type: pulsar`, else
     /// the in-process broker) and the stores (PostgreSQL, migrated, when a
-    /// DSN is set, else memory), and registers the event-store writer as the
-    /// queue's publish listener (buffered when PostgreSQL is used).
+    /// DSN is set, else memory), and joins the `event-store` group: a
+    /// webhook is acknowledged once its `raw_webhook` is on the broker, and
+    /// the group stores it from there, so a crash of this process loses none.
     pub async fn connect(bootstrap: &Bootstrap) -> Result<Self, ApiError> {
         let queue = connect_queue(bootstrap).await?;
-        let (stores, events, buffered) = match &bootstrap.providers.database {
+        let stores = match &bootstrap.providers.database {
             Some(db) => {
                 let options = MigrationOptions {
                     embedding_dim: db.embedding_dim,
@@ -51,41 +56,38 @@ impl Backends {
                     already_applied = report.already_applied,
                     "postgresql stores ready"
                 );
-                let buffered = Arc::new(BufferedEventStore::new(
-                    stores.events.clone(),
-                    BufferedOptions::default(),
-                ));
-                let events: Arc<dyn EventStore> = buffered.clone();
-                (stores, events, Some(buffered))
+                stores
             }
             None => {
                 warn!(
                     "no providers.database: company revisions, webhook dedupe and events live in this process's memory; nothing survives a restart, and the engine cannot see any of it"
                 );
-                let stores = Stores::memory();
-                let events = stores.events.clone();
-                (stores, events, None)
+                Stores::memory()
             }
         };
-        let sink = match &buffered {
-            Some(b) => Sink::Buffered(b.clone()),
-            None => Sink::Direct(events.clone()),
-        };
-        queue.add_publish_listener(Arc::new(StoreListener { sink }));
+        let events = stores.events.clone();
+        let archive =
+            EventArchive::detached(&queue, Arc::new(EventStoreWriter::new(events.clone())));
+        let members = archive.subscribe().await?;
         Ok(Self {
             queue,
             stores,
             events,
-            buffered,
+            archive,
+            members: Mutex::new(Some(members)),
         })
     }
 
-    /// Flushes the buffered event store and shuts the queue down.
+    /// Detaches from the `event-store` group (what is not stored yet stays
+    /// on the broker) and shuts the queue down.
     pub async fn close(&self) {
-        if let Some(b) = &self.buffered
-            && let Err(e) = b.shutdown().await
-        {
-            error!(error = %e, pending = b.pending(), "cannot flush the buffered event store; events lost");
+        let members = self
+            .members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(members) = members {
+            members.close().await;
         }
         let report = self.queue.shutdown().await;
         if report.abandoned > 0 {
@@ -132,32 +134,6 @@ async fn connect_pulsar(_: &crewlet_config::QueueConfig) -> Result<Arc<dyn Event
     Err(ApiError::Unsupported(
         "providers.queue.type is pulsar but crewlet-api was compiled without pulsar".into(),
     ))
-}
-
-enum Sink {
-    Buffered(Arc<BufferedEventStore>),
-    Direct(Arc<dyn EventStore>),
-}
-
-/// Stores every event this process publishes.
-struct StoreListener {
-    sink: Sink,
-}
-
-#[async_trait]
-impl PublishListener for StoreListener {
-    async fn on_publish(&self, _topic: &str, event: &Event) -> Result<(), HandlerError> {
-        match &self.sink {
-            Sink::Buffered(b) => {
-                b.push(event.clone());
-                Ok(())
-            }
-            Sink::Direct(s) => s
-                .append(std::slice::from_ref(event))
-                .await
-                .map_err(HandlerError::from),
-        }
-    }
 }
 
 /// What `crewlet run api` and `crewlet-api` were asked for.
@@ -211,6 +187,7 @@ pub async fn serve(
         &backends.stores,
     )
     .events(backends.events.clone())
+    .security(bootstrap.security.clone())
     .build()
     .await;
     if api.state().active_revision_id().is_none() {

@@ -1,14 +1,13 @@
 //! The queue and the stores an engine runs on, built from the Tier A
 //! bootstrap: Pulsar or the in-process broker, PostgreSQL (migrated at
-//! start) or memory stores, and the event-store writer registered as the
-//! queue's publish listener.
+//! start) or memory stores, and the event archive (inline event-store
+//! writes with a durable outbox) installed on the queue.
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use crewlet_api::archive::EventArchive;
 use crewlet_config::{Bootstrap, QueueConfig, QueueKind};
-use crewlet_core::Event;
-use crewlet_queue::{EventQueue, HandlerError, MemoryQueue, PublishListener};
+use crewlet_queue::{EventQueue, MemoryQueue};
 use crewlet_store::{EventStoreWriter, MigrationOptions, Stores};
 use tracing::info;
 
@@ -21,6 +20,8 @@ pub struct Backends {
     pub stores: Stores,
     /// Stores every event this node publishes (inline, as a publish listener).
     pub writer: Arc<EventStoreWriter>,
+    /// The inline writes' outbox and the `event-store` group's handler.
+    pub archive: Arc<EventArchive>,
 }
 
 impl Backends {
@@ -53,15 +54,16 @@ impl Backends {
         Self::new(Arc::new(MemoryQueue::standalone()), Stores::memory())
     }
 
-    /// Wraps an existing queue node and stores, registering the event-store
-    /// writer on the node. Register it once per node.
+    /// Wraps an existing queue node and stores, installing the event
+    /// archive on the node. Do it once per node.
     pub fn new(queue: Arc<dyn EventQueue>, stores: Stores) -> Self {
         let writer = Arc::new(EventStoreWriter::new(stores.events.clone()));
-        queue.add_publish_listener(Arc::new(StoreWriterListener(writer.clone())));
+        let archive = EventArchive::install(&queue, writer.clone());
         Self {
             queue,
             stores,
             writer,
+            archive,
         }
     }
 
@@ -80,17 +82,6 @@ impl Backends {
                 "no providers.database: company revisions, budgets, schedule claims and stored events live in this process's memory; they do not survive a restart".into(),
             ),
         }
-    }
-}
-
-/// [`EventStoreWriter`] as a queue publish listener.
-struct StoreWriterListener(Arc<EventStoreWriter>);
-
-#[async_trait]
-impl PublishListener for StoreWriterListener {
-    async fn on_publish(&self, topic: &str, event: &Event) -> Result<(), HandlerError> {
-        self.0.on_publish(topic, event).await;
-        Ok(())
     }
 }
 

@@ -20,13 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use crewlet_api::archive::{ArchiveMembers, EventArchive};
 use crewlet_api::{AgentState, AgentView, EngineView, ToolView};
 use crewlet_config::{Company, Organization, Seat, SeatKind};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::McpHub;
 use crewlet_llm::LlmRegistry;
 use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
-use crewlet_store::{EventStoreWriter, Stores};
+use crewlet_store::Stores;
 use crewlet_turn::{
     Colleague, CompanyProfile, SeatProfile, TurnEngine, TurnSettings, UsageSummary, Visibility,
 };
@@ -129,21 +130,21 @@ pub struct EngineBuilder {
     revision_id: Option<i64>,
     queue: Arc<dyn EventQueue>,
     stores: Stores,
-    writer: Option<Arc<EventStoreWriter>>,
+    archive: Option<Arc<EventArchive>>,
     options: EngineOptions,
     llm: Option<LlmRegistry>,
 }
 
 impl EngineBuilder {
     /// An engine for `company` on `backends` (whose queue node already has
-    /// the event store writer registered).
+    /// the event archive installed; the engine runs members of its group).
     pub fn new(company: Company, backends: &Backends) -> Self {
         Self {
             company,
             revision_id: None,
             queue: backends.queue.clone(),
             stores: backends.stores.clone(),
-            writer: Some(backends.writer.clone()),
+            archive: Some(backends.archive.clone()),
             options: EngineOptions::default(),
             llm: None,
         }
@@ -255,7 +256,7 @@ impl EngineBuilder {
                 .with_settings(settings),
         );
         let max_turns = usize::try_from(te.max_concurrent_turns).unwrap_or(usize::MAX);
-        let runtime = Arc::new(TurnRuntime::new(turns, max_turns));
+        let runtime = Arc::new(TurnRuntime::new(turns, stores.clone(), max_turns));
 
         let shared = Arc::new(Shared {
             company: company.clone(),
@@ -263,7 +264,8 @@ impl EngineBuilder {
             revision_id: self.revision_id,
             queue: queue.clone(),
             stores: stores.clone(),
-            writer: self.writer,
+            archive: self.archive,
+            archive_members: tokio::sync::Mutex::new(None),
             seats: seats.clone(),
             order,
             runtime,
@@ -301,6 +303,17 @@ impl EngineBuilder {
             .await;
         for failure in mcp_failures {
             engine.publish(failure.with_trace(boot.child())).await;
+        }
+
+        // Events the inline writes could not store, and the raw webhooks.
+        if let Some(archive) = &engine.shared.archive {
+            match archive.subscribe().await {
+                Ok(members) => *engine.shared.archive_members.lock().await = Some(members),
+                Err(e) => {
+                    engine.shutdown().await;
+                    return Err(e.into());
+                }
+            }
         }
 
         // Inboxes: one member per seat.
@@ -478,7 +491,9 @@ struct Shared {
     revision_id: Option<i64>,
     queue: Arc<dyn EventQueue>,
     stores: Stores,
-    writer: Option<Arc<EventStoreWriter>>,
+    archive: Option<Arc<EventArchive>>,
+    /// This engine's members of the `event-store` group.
+    archive_members: tokio::sync::Mutex<Option<ArchiveMembers>>,
     seats: Arc<HashMap<String, Arc<SeatRuntime>>>,
     /// Agent seat handles in org order.
     order: Vec<String>,
@@ -500,7 +515,8 @@ struct Shared {
 pub struct ShutdownSummary {
     /// Turns still running when the drain timeout expired.
     pub abandoned_turns: usize,
-    /// Events the store writer stored and failed to store over the engine's life.
+    /// Event store writes that went through and that failed (a failed
+    /// inline write goes to the outbox) over the node's life.
     pub events_written: u64,
     pub event_writes_failed: u64,
 }
@@ -658,6 +674,9 @@ impl Engine {
         let started = Instant::now();
         shared.ready.store(false, Ordering::Release);
         shared.runtime.start_draining();
+        if let Some(router) = lock(&shared.router).as_ref() {
+            router.stop();
+        }
         // The scheduler and the store maintenance.
         for task in lock(&shared.tasks).drain(..) {
             task.abort();
@@ -723,16 +742,21 @@ impl Engine {
         if let Some(hub) = shared.mcp.lock().await.take() {
             hub.shutdown().await;
         }
-        let (written, failed) = shared
-            .writer
+        if let Some(members) = shared.archive_members.lock().await.take() {
+            members.close().await;
+        }
+        let (written, failed, stats) = shared
+            .archive
             .as_ref()
-            .map(|w| (w.written(), w.failed_writes()))
+            .map(|a| (a.writer().written(), a.writer().failed_writes(), a.stats()))
             .unwrap_or_default();
         info!(
             events_written = written,
             event_writes_failed = failed,
+            events_outboxed = stats.outboxed,
+            events_lost = stats.lost,
             total_tokens = usage.engine.total_tokens,
-            "engine stopped (event store writes are inline: nothing left to flush)"
+            "engine stopped (events not stored yet wait on the broker's outbox)"
         );
         ShutdownSummary {
             abandoned_turns: abandoned,

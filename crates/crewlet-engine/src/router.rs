@@ -27,6 +27,7 @@
 //! so two engines on one database route it once).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -35,7 +36,7 @@ use crewlet_config::{Company, Organization, Seat, SeatKind, Unit, UnitIntegratio
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::{Notification, Source};
 use crewlet_queue::{Delivery, EventHandler, EventQueue, HandlerError, topics};
-use crewlet_store::{ThreadFollows, ThreadRef, WebhookDeliveries};
+use crewlet_store::{Patience, ThreadFollows, ThreadRef, WebhookDeliveries, retry_transient};
 use serde_json::json;
 use tracing::{Instrument, debug, info, warn};
 use uuid::Uuid;
@@ -92,6 +93,9 @@ pub struct NotificationRouter {
     /// Claimed ids whose publish failed and whose claim could not be
     /// released: their redelivery is let through by this router.
     unpublished: Mutex<HashSet<Uuid>>,
+    /// Set when the engine stops: a claim held for an unavailable store
+    /// gives its message back to the queue.
+    stopping: AtomicBool,
 }
 
 fn units_preorder(list: &[Unit], out: &mut Vec<UnitIntegrations>) {
@@ -201,7 +205,23 @@ impl NotificationRouter {
             claims,
             handled: RecentIds::new(8192),
             unpublished: Mutex::new(HashSet::new()),
+            stopping: AtomicBool::new(false),
         }
+    }
+
+    /// Stops holding notifications for an unavailable dedupe store: they
+    /// stay on the queue for the next engine.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// The router's dedupe keys of a delivery: its id and, where the source
+    /// does not sign the id, the digest of its signed body (a replay).
+    fn claim_keys(raw: &RawWebhook) -> Vec<String> {
+        let source = raw.source.as_str();
+        std::iter::once(format!("{source}/{}", raw.notification.delivery_key))
+            .chain(raw.replay_key.iter().map(|k| format!("{source}/{k}")))
+            .collect()
     }
 
     /// The seat among `candidates` (identities on `source`) that is
@@ -372,11 +392,16 @@ impl NotificationRouter {
                 return Ok(None);
             }
         };
-        if !self.claim(event.id).await {
-            debug!(event_id = %event.id, "raw_webhook already routed by this or another engine");
-            self.handled.insert(event.id);
-            return Ok(None);
-        }
+        let keys = Self::claim_keys(&raw);
+        let claimed = match self.claim(event.id, &keys).await? {
+            Some(claimed) => claimed,
+            None => {
+                debug!(event_id = %event.id, delivery = %raw.notification.delivery_key, deferred = raw.dedupe_deferred,
+                       "delivery already routed by this or another engine (a retry or a replay)");
+                self.handled.insert(event.id);
+                return Ok(None);
+            }
+        };
         let routing = self.resolve(&raw).await;
         let outcome = match &routing {
             Routing::Skip { reason } => {
@@ -392,42 +417,60 @@ impl NotificationRouter {
                 Ok(Some(routing))
             }
             Err(e) => {
-                // Give the claim back so the redelivery is routed (here or by
-                // another engine); remember it locally if even that fails.
-                if let Err(release) = self
-                    .claims
-                    .release(ROUTER_CLAIM_SOURCE, &event.id.to_string())
-                    .await
-                {
-                    warn!(error = %release, "cannot release the routing claim");
-                    self.unpublished
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(event.id);
+                // Give the claims back so the redelivery is routed (here or
+                // by another engine); remember it locally if even that fails.
+                for key in &claimed {
+                    if let Err(release) = self.claims.release(ROUTER_CLAIM_SOURCE, key).await {
+                        warn!(error = %release, "cannot release the routing claim");
+                        self.unpublished
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(event.id);
+                    }
                 }
                 Err(e)
             }
         }
     }
 
-    /// First claim of `id`? A store outage lets it through (at least once).
-    async fn claim(&self, id: Uuid) -> bool {
-        match self
-            .claims
-            .claim(ROUTER_CLAIM_SOURCE, &id.to_string())
+    /// Claims every key of the delivery carried by event `id`: the keys
+    /// claimed when all are new, `None` for a delivery routed before (or a
+    /// replay). Fails closed: while the store is unavailable the claim is
+    /// held and retried, and if the engine stops meanwhile the message goes
+    /// back to the queue (`Err`), so an outage neither drops nor doubles it.
+    async fn claim(&self, id: Uuid, keys: &[String]) -> Result<Option<Vec<String>>, HandlerError> {
+        let stopping = || self.stopping.load(Ordering::Acquire);
+        let mut claimed = Vec::with_capacity(keys.len());
+        let mut let_through = None;
+        for key in keys {
+            let first = retry_transient(
+                "claiming a notification",
+                Patience::UNTIL_BACK,
+                &stopping,
+                || self.claims.claim(ROUTER_CLAIM_SOURCE, key),
+            )
             .await
-        {
-            Ok(true) => true,
-            Ok(false) => self
-                .unpublished
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id),
-            Err(e) => {
-                warn!(error = %e, "routing dedupe unavailable; routing the notification");
-                true
+            .map_err(|e| {
+                HandlerError::new(format!(
+                    "routing dedupe unavailable; the notification stays queued: {e}"
+                ))
+            })?;
+            if first {
+                claimed.push(key.clone());
+                continue;
+            }
+            // Seen before: unless it is ours, claimed by a publish that failed.
+            let ours = *let_through.get_or_insert_with(|| {
+                self.unpublished
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id)
+            });
+            if !ours {
+                return Ok(None);
             }
         }
+        Ok(Some(claimed))
     }
 
     fn parent(event: &Event) -> TraceContext {
@@ -635,7 +678,124 @@ units:
             },
             body: Value::Null,
             received_at: Utc::now(),
+            replay_key: None,
+            dedupe_deferred: false,
         }
+    }
+
+    fn raw_event(w: &RawWebhook) -> Event {
+        Event::new(EventType::RawWebhook, "api.webhooks")
+            .with_trace(TraceContext::new_root())
+            .with_payload(serde_json::to_value(w).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn a_delivery_the_api_could_not_dedupe_is_routed_once_and_a_replay_not_at_all() {
+        let r = router();
+        // The API's dedupe was down: the same delivery arrives as two events.
+        let mut w = raw(Source::Github, "acme/app", None);
+        w.dedupe_deferred = true;
+        w.replay_key = Some("sha256:aa".into());
+        let first = r
+            .route(&raw_event(&w))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(first, Some(Routing::Seat { .. })), "{first:?}");
+        let again = r
+            .route(&raw_event(&w))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, None);
+        // The same signed body under a fresh delivery id: a replay.
+        w.notification.delivery_key = "d2".into();
+        let replay = r
+            .route(&raw_event(&w))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(replay, None);
+        // A new body under a new id is new.
+        w.notification.delivery_key = "d3".into();
+        w.replay_key = Some("sha256:bb".into());
+        let new = r
+            .route(&raw_event(&w))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(new, Some(Routing::Seat { .. })), "{new:?}");
+    }
+
+    /// A claims store that is down until `up` is set.
+    struct DownClaims {
+        inner: MemoryWebhookDeliveries,
+        up: std::sync::atomic::AtomicBool,
+        attempts: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl WebhookDeliveries for DownClaims {
+        async fn claim_at(
+            &self,
+            source: &str,
+            delivery_key: &str,
+            at: chrono::DateTime<Utc>,
+        ) -> Result<bool, crewlet_store::StoreError> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            if !self.up.load(Ordering::SeqCst) {
+                return Err(crewlet_store::StoreError::Unavailable {
+                    what: "claim".into(),
+                    reason: "down".into(),
+                });
+            }
+            self.inner.claim_at(source, delivery_key, at).await
+        }
+        async fn release(&self, source: &str, key: &str) -> Result<(), crewlet_store::StoreError> {
+            self.inner.release(source, key).await
+        }
+        async fn gc_at(&self, at: chrono::DateTime<Utc>) -> Result<u64, crewlet_store::StoreError> {
+            self.inner.gc_at(at).await
+        }
+    }
+
+    #[tokio::test]
+    async fn routing_holds_while_the_dedupe_store_is_down_and_never_lets_a_delivery_through_unchecked()
+     {
+        let company = Company::from_yaml("t", &format!("{COMPANY}{}", crate::TEST_LLM))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let claims = Arc::new(DownClaims {
+            inner: MemoryWebhookDeliveries::new(),
+            up: std::sync::atomic::AtomicBool::new(false),
+            attempts: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let r = Arc::new(NotificationRouter::new(
+            &company,
+            Arc::new(company.organization()),
+            Arc::new(MemoryQueue::standalone()),
+            Arc::new(MemoryThreadFollows::new()),
+            claims.clone(),
+        ));
+        let event = raw_event(&raw(Source::Github, "acme/app", None));
+        let routing = tokio::spawn({
+            let (r, event) = (r.clone(), event.clone());
+            async move { r.route(&event).await }
+        });
+        // It retries while the store is down, without routing anything.
+        while claims.attempts.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(!routing.is_finished());
+        claims.up.store(true, Ordering::SeqCst);
+        let routed = routing.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(routed, Ok(Some(Routing::Seat { .. }))),
+            "{routed:?}"
+        );
+
+        // Stopping while it holds gives the message back to the queue.
+        claims.up.store(false, Ordering::SeqCst);
+        let mut second = raw(Source::Github, "acme/app", None);
+        second.notification.delivery_key = "d9".into();
+        r.stop();
+        let held = r.route(&raw_event(&second)).await;
+        assert!(held.is_err(), "{held:?}");
     }
 
     fn seat(r: Routing) -> (String, &'static str) {

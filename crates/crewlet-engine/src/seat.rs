@@ -15,6 +15,7 @@ use crewlet_api::{AgentState, CurrentTask};
 use crewlet_config::Seat;
 use crewlet_core::EventType;
 use crewlet_queue::{Delivery, EventHandler, HandlerError};
+use crewlet_store::{Patience, Stores, retry_transient};
 use crewlet_turn::{SeatProfile, TurnEngine};
 use tokio::sync::{Notify, Semaphore};
 use tracing::{Instrument, debug, warn};
@@ -93,6 +94,9 @@ impl SeatRuntime {
 /// and the drain switch.
 pub(crate) struct TurnRuntime {
     pub turns: Arc<TurnEngine>,
+    /// Checked before a turn starts: no model call is paid for work whose
+    /// charges and events cannot be recorded.
+    stores: Stores,
     permits: Arc<Semaphore>,
     draining: AtomicBool,
     drain_started: Notify,
@@ -101,9 +105,10 @@ pub(crate) struct TurnRuntime {
 }
 
 impl TurnRuntime {
-    pub fn new(turns: Arc<TurnEngine>, max_concurrent_turns: usize) -> Self {
+    pub fn new(turns: Arc<TurnEngine>, stores: Stores, max_concurrent_turns: usize) -> Self {
         Self {
             turns,
+            stores,
             permits: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
             draining: AtomicBool::new(false),
             drain_started: Notify::new(),
@@ -195,6 +200,19 @@ impl EventHandler for InboxHandler {
         };
         let trigger = request.trigger(event);
 
+        // Hold the task (unacknowledged, in order) while the database is
+        // down: the turn would pay for completions it cannot charge.
+        let draining = || self.runtime.is_draining();
+        if let Err(e) = retry_transient("starting a turn", Patience::UNTIL_BACK, &draining, || {
+            self.runtime.stores.check_available()
+        })
+        .await
+        {
+            return Err(HandlerError::new(format!(
+                "the database is unavailable; the task stays in the inbox: {e}"
+            )));
+        }
+
         // The global cap: wait for a slot, unless the engine starts stopping.
         let permit = {
             let drain = self.runtime.drain_started.notified();
@@ -237,8 +255,15 @@ impl EventHandler for InboxHandler {
             .instrument(span)
             .await;
         drop(permit);
-        self.seat.handled.insert(event.id);
         drop(running);
+        if outcome.should_retry() {
+            warn!(agent = handle, task_id = %outcome.task_id, attempt = delivery.attempt,
+                  "turn could not be recorded (database unavailable); the task goes back to the inbox");
+            return Err(HandlerError::new(
+                "the database became unavailable during the turn; the task will run again",
+            ));
+        }
+        self.seat.handled.insert(event.id);
         debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");
         Ok(())
     }

@@ -23,6 +23,12 @@ pub const NOTIFICATIONS_INBOUND_GROUP: &str = "notification-svc-inbound";
 pub const NOTIFICATIONS_OUTBOUND: &str = "crewlet.notifications.outbound";
 /// The group of the delivery service on [`NOTIFICATIONS_OUTBOUND`].
 pub const NOTIFICATIONS_OUTBOUND_GROUP: &str = "notification-svc-outbound";
+/// Events an inline event-store write could not store, held on the broker
+/// until the database takes them (the event archive's outbox).
+pub const EVENT_STORE_OUTBOX: &str = "crewlet.store.outbox";
+/// The group that stores events from [`EVENT_STORE_OUTBOX`] and every
+/// `raw_webhook` on [`NOTIFICATIONS_INBOUND`].
+pub const EVENT_STORE_GROUP: &str = "event-store";
 /// Every engine event, for stream subscribers (the dashboard's live view).
 pub const ALL_EVENTS_PATTERN: &str = "crewlet.events.>";
 /// The durable group that keeps dead letters on every `dlq-…` topic until an

@@ -94,6 +94,16 @@ impl Database {
         Ok(db)
     }
 
+    /// One round trip on a pooled connection: `Ok` when the server answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(query_err("connection check"))?;
+        Ok(())
+    }
+
     /// Builds the pool without connecting; connections open on first use.
     pub fn lazy(dsn: &str, options: DatabaseOptions) -> Result<Self, StoreError> {
         let (mut config, target) = parse_dsn(dsn)?;

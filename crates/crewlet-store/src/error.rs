@@ -40,6 +40,12 @@ pub enum StoreError {
     #[error("{what} failed: {reason}")]
     Query { what: String, reason: String },
 
+    /// The connection broke or the server refused work for a while (it is
+    /// restarting, shutting down, out of connection slots): the same
+    /// request may succeed once the database is back.
+    #[error("{what} failed, the database is unavailable: {reason}")]
+    Unavailable { what: String, reason: String },
+
     #[error("migration `{name}` failed: {reason}")]
     Migration { name: String, reason: String },
 
@@ -94,6 +100,32 @@ impl StoreError {
     pub fn is_unreachable(&self) -> bool {
         matches!(self, Self::Unreachable { .. })
     }
+
+    /// Whether the error says the database is unavailable right now
+    /// (unreachable, connection lost, restarting) rather than that the
+    /// request is wrong: retrying the same request later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unreachable { .. } | Self::Unavailable { .. })
+    }
+}
+
+/// SQLSTATEs of a server that cannot take work for a while: class 08
+/// (connection exception), 57P01-57P03 (admin or crash shutdown, cannot
+/// connect now) and 53300 (too many connections).
+fn is_unavailable_state(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+}
+
+/// Whether a driver error is the connection or the server being unavailable
+/// (as opposed to the statement or its data being wrong).
+pub(crate) fn is_unavailable(e: &tokio_postgres::Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => is_unavailable_state(db.code().code()),
+        // No server answer: the connection closed, or I/O failed under it.
+        None => {
+            e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
+    }
 }
 
 /// The useful part of a driver error: the server's message, code, detail and
@@ -127,9 +159,13 @@ pub(crate) fn query_err(
     what: impl Into<String>,
 ) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
     let what = what.into();
-    move |e| StoreError::Query {
-        what,
-        reason: describe(&e),
+    move |e| {
+        let reason = describe(&e);
+        if is_unavailable(&e) {
+            StoreError::Unavailable { what, reason }
+        } else {
+            StoreError::Query { what, reason }
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod error;
 pub mod events;
 pub mod migrate;
 pub mod partitions;
+mod patience;
 pub mod repos;
 mod sql;
 mod stores;
@@ -34,6 +35,7 @@ pub use migrate::{
     DEFAULT_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus, Migrator,
 };
 pub use partitions::{TimePartitioning, ensure_partitions, ensure_partitions_at};
+pub use patience::{Patience, retry_transient};
 pub use repos::config_revisions::{
     ConfigRevision, ConfigRevisions, MemoryConfigRevisions, NewRevision, PostgresConfigRevisions,
 };

@@ -47,6 +47,16 @@ impl Stores {
         }
     }
 
+    /// Whether the database answers now (`SELECT 1`); memory stores always do.
+    /// Work that must be recorded checks this before it starts paying for
+    /// anything (a model call), so an outage delays it instead of losing it.
+    pub async fn check_available(&self) -> Result<(), StoreError> {
+        match &self.database {
+            Some(db) => db.ping().await,
+            None => Ok(()),
+        }
+    }
+
     /// PostgreSQL-backed stores over an already migrated database; events
     /// go through a [`CompositeEventStore`] with a 1000-event memory leg.
     pub fn postgres(db: Database) -> Self {

@@ -64,13 +64,13 @@ async fn writer_stores_published_events_and_skips_turn_progress() -> anyhow::Res
     let store = Arc::new(MemoryEventStore::new());
     let writer = EventStoreWriter::new(store.clone());
     let e = event();
-    writer.on_publish("crewlet.events.task_started", &e).await;
+    writer.on_publish("crewlet.events.task_started", &e).await?;
     writer
         .on_publish(
             "crewlet.events.agent_turn_progress",
             &Event::new(EventType::AgentTurnProgress, "t"),
         )
-        .await;
+        .await?;
     assert_eq!(store.len(), 1);
     assert!(store.get(e.id).await?.is_some());
     assert_eq!((writer.written(), writer.failed_writes()), (1, 0));
@@ -78,7 +78,7 @@ async fn writer_stores_published_events_and_skips_turn_progress() -> anyhow::Res
 }
 
 #[tokio::test]
-async fn writer_counts_an_outage_and_never_fails_the_publish() {
+async fn writer_counts_an_outage_and_says_it_is_transient() {
     // A pool towards a closed port: every write fails, none is returned.
     let db = match Database::lazy(
         "postgres://crewlet:pw@127.0.0.1:1/crewlet",
@@ -92,11 +92,15 @@ async fn writer_counts_an_outage_and_never_fails_the_publish() {
     };
     let writer = EventStoreWriter::new(Arc::new(PostgresEventStore::new(db)));
     for _ in 0..3 {
-        writer
+        let r = writer
             .on_publish("crewlet.events.task_started", &event())
             .await;
+        assert!(r.as_ref().is_err_and(|e| e.is_transient()), "{r:?}");
     }
-    assert_eq!(writer.failed_writes(), 3);
+    // Held writes give up as soon as the caller stops.
+    let held = writer.write_held(&event(), &|| true).await;
+    assert!(held.is_err_and(|e| e.is_transient()));
+    assert_eq!(writer.failed_writes(), 4);
     assert_eq!(writer.written(), 0);
 }
 

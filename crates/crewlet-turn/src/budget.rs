@@ -2,7 +2,7 @@
 
 use crewlet_core::AgentId;
 use crewlet_llm::Usage;
-use crewlet_store::{BudgetCharge, ChargeOutcome, TokenLedger};
+use crewlet_store::{BudgetCharge, ChargeOutcome, Patience, TokenLedger, retry_transient};
 
 use crate::{TurnError, UsageTracker};
 
@@ -27,6 +27,10 @@ pub struct BudgetGate<'a> {
     pub limits: BudgetLimits,
     /// The turn's own running total, if the caller keeps one.
     pub turn_usage: Option<&'a std::sync::Mutex<Usage>>,
+    /// How long a charge is retried while the ledger's database is
+    /// unavailable, before the turn fails as `store_unavailable` (and the
+    /// engine puts its task back in the inbox).
+    pub patience: Patience,
 }
 
 impl BudgetGate<'_> {
@@ -45,9 +49,19 @@ impl BudgetGate<'_> {
             org_max: self.limits.org_max,
             agent_max: self.limits.agent_max,
         };
-        match self.ledger.charge(&charge).await? {
+        // The completion is paid for: hold the charge through a database
+        // blip rather than fail the turn and pay for it again.
+        let never = || false;
+        let outcome = retry_transient("charging a budget", self.patience, &never, || {
+            self.ledger.charge(&charge)
+        })
+        .await?;
+        match outcome {
             ChargeOutcome::Charged => {
-                self.ledger.record_usage(self.agent_handle, tokens).await?;
+                retry_transient("recording token usage", self.patience, &never, || {
+                    self.ledger.record_usage(self.agent_handle, tokens)
+                })
+                .await?;
                 Ok(())
             }
             ChargeOutcome::Refused(refusal) => Err(TurnError::BudgetExhausted { refusal }),

@@ -45,6 +45,9 @@ pub struct TurnSettings {
     pub stream: bool,
     /// The `source` of every event.
     pub source: String,
+    /// How long a budget charge is retried while the database is
+    /// unavailable before the turn fails as `store_unavailable`.
+    pub store_patience: Duration,
 }
 
 impl Default for TurnSettings {
@@ -59,6 +62,7 @@ impl Default for TurnSettings {
             turn_timeout: Duration::from_secs(900),
             stream: false,
             source: "turn".to_owned(),
+            store_patience: Duration::from_secs(30),
         }
     }
 }
@@ -75,7 +79,8 @@ pub enum GuardKind {
     DepthCap,
     /// The turn ran past its time limit.
     Timeout,
-    /// An error the turn cannot handle (ledger down, a tool panicked).
+    /// An error the turn cannot handle (a tool panicked, the ledger refused
+    /// a charge as malformed).
     Unhandled,
 }
 
@@ -96,7 +101,12 @@ impl GuardKind {
 pub enum FailureReason {
     Guard(GuardKind),
     BudgetExhausted(BudgetRefusal),
-    LlmUnavailable { phase: Phase },
+    LlmUnavailable {
+        phase: Phase,
+    },
+    /// The database stayed unavailable (a budget charge could not be
+    /// recorded): the work is not done and should be retried later.
+    StoreUnavailable,
 }
 
 impl FailureReason {
@@ -107,7 +117,13 @@ impl FailureReason {
             FailureReason::Guard(kind) => kind.as_str(),
             FailureReason::BudgetExhausted(_) => "budget_exhausted",
             FailureReason::LlmUnavailable { .. } => "llm_unavailable",
+            FailureReason::StoreUnavailable => "store_unavailable",
         }
+    }
+
+    /// Whether the task should run again later rather than count as failed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, FailureReason::StoreUnavailable)
     }
 }
 
@@ -187,6 +203,14 @@ pub struct TurnOutcome {
 impl TurnOutcome {
     pub fn succeeded(&self) -> bool {
         self.failure.is_none()
+    }
+
+    /// Whether the turn failed for a reason that passes (the database was
+    /// unavailable): its task should be handed back and run again.
+    pub fn should_retry(&self) -> bool {
+        self.failure
+            .as_ref()
+            .is_some_and(|f| f.reason.is_retryable())
     }
 }
 
@@ -476,7 +500,8 @@ impl TurnEngine {
                         t.trigger.task_id,
                         f.reason.code()
                     ),
-                    json!({"turn_id": t.turn_id, "reason": f.reason.code(), "detail": f.detail}),
+                    json!({"turn_id": t.turn_id, "reason": f.reason.code(), "detail": f.detail,
+                           "will_retry": f.reason.is_retryable()}),
                 )
                 .await;
             }
@@ -732,6 +757,13 @@ impl TurnEngine {
                         detail,
                     });
                 }
+                TurnError::Ledger(e) if e.is_transient() => {
+                    tracing::warn!(agent = %t.seat.handle, %phase, error = %e, "the budget ledger stayed unavailable; the task will be retried");
+                    return Err(TurnFailure {
+                        reason: FailureReason::StoreUnavailable,
+                        detail: e.to_string(),
+                    });
+                }
                 other => {
                     return Err(TurnFailure::guard(GuardKind::Unhandled, other.to_string()));
                 }
@@ -867,6 +899,7 @@ impl TurnEngine {
                     agent_max: t.seat.token_budget,
                 },
                 turn_usage: Some(&t.usage),
+                patience: crewlet_store::Patience::at_most(self.settings.store_patience),
             },
             progress: Some(&observer),
             stream: self.settings.stream,

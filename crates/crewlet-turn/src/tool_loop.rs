@@ -633,6 +633,7 @@ mod tests {
                 agent_handle: "a",
                 limits: BudgetLimits::default(),
                 turn_usage: None,
+                patience: crewlet_store::Patience::at_most(std::time::Duration::ZERO),
             },
             progress: None,
             stream: false,

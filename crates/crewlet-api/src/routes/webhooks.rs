@@ -234,33 +234,41 @@ async fn receive_delivery(
         }
         Inbound::Notification(n) => n,
     };
-    let key = (
-        source.as_str().to_owned(),
-        notification.delivery_key.clone(),
-    );
-    span.record("delivery_id", key.1.as_str());
+    let replay_key = crewlet_integrations::webhook::replay_key(source, &parts.headers, &bytes)
+        .filter(|k| *k != notification.delivery_key);
+    let source_name = source.as_str().to_owned();
+    let keys: Vec<String> = std::iter::once(notification.delivery_key.clone())
+        .chain(replay_key.clone())
+        .collect();
+    span.record("delivery_id", notification.delivery_key.as_str());
     span.record("event_type", notification.kind.as_str());
     // `webhook_span` has no `handle` field; the seat goes on this line (and
     // on the span's events in exported traces).
-    debug!(source = %source, handle = handle.as_deref(), delivery = %key.1, kind = %notification.kind, "webhook verified");
-    if !claim(&state, &key).await {
-        debug!(source = %source, delivery = %key.1, "duplicate webhook delivery");
-        return Ok(ok(
-            source,
-            WebhookAccepted {
-                accepted: false,
-                duplicate: true,
-                ignored: None,
-                event_id: None,
-                trace_id: None,
-            },
-        ));
-    }
+    debug!(source = %source, handle = handle.as_deref(), delivery = %notification.delivery_key, kind = %notification.kind, "webhook verified");
+    let claimed = match claim(&state, &source_name, &keys).await {
+        Claim::Duplicate { replay } => {
+            debug!(source = %source, delivery = %notification.delivery_key, replay, "duplicate webhook delivery");
+            return Ok(ok(
+                source,
+                WebhookAccepted {
+                    accepted: false,
+                    duplicate: true,
+                    ignored: None,
+                    event_id: None,
+                    trace_id: None,
+                },
+            ));
+        }
+        Claim::New(claimed) => Some(claimed),
+        Claim::Deferred => None,
+    };
     // Stamped in the webhook span: its trace id and span id are the span's.
     let event = crewlet_telemetry::stamp(to_event(
         *notification,
         handle,
         kept_headers(&parts.headers),
+        replay_key,
+        claimed.is_none(),
     ));
     let (event_id, trace_id) = (event.id, event.trace_id);
     if let Err(e) = inner
@@ -268,10 +276,12 @@ async fn receive_delivery(
         .publish_shared(topics::NOTIFICATIONS_INBOUND, Arc::new(event))
         .await
     {
-        // Give the claim back so the sender's retry is accepted, by this
+        // Give the claims back so the sender's retry is accepted, by this
         // process or any other API process on the same database.
-        if let Err(release) = inner.stores.webhooks.release(&key.0, &key.1).await {
-            warn!(source = %source, error = %release, "cannot release the webhook claim; its retry will look like a duplicate for 5 minutes");
+        for key in claimed.iter().flatten() {
+            if let Err(release) = inner.stores.webhooks.release(&source_name, key).await {
+                warn!(source = %source, error = %release, "cannot release the webhook claim; its retry will look like a duplicate for 5 minutes");
+            }
         }
         warn!(source = %source, error = %e, "cannot publish webhook");
         return Err(HttpError::new(
@@ -293,23 +303,43 @@ async fn receive_delivery(
     ))
 }
 
-/// First sight of a delivery? A store outage lets it through (at least once).
-async fn claim(state: &ApiState, key: &(String, String)) -> bool {
+/// What the dedupe store says of a delivery's keys.
+enum Claim {
+    /// Every key is new; these were claimed (released if the publish fails).
+    New(Vec<String>),
+    /// A key was seen before: a retry of the delivery, or (`replay`) its
+    /// signed body resent under a fresh id.
+    Duplicate { replay: bool },
+    /// The store is unavailable: the delivery is published anyway and the
+    /// engine's router, which holds it until the store is back, dedupes it
+    /// on the same keys. Refusing would lose it for senders that do not
+    /// retry (GitHub), and letting it through unmarked could run it twice.
+    Deferred,
+}
+
+/// Claims every key of a delivery (its id first, then its replay key).
+async fn claim(state: &ApiState, source: &str, keys: &[String]) -> Claim {
     let inner = state.inner();
-    match inner.stores.webhooks.claim(&key.0, &key.1).await {
-        Ok(true) => true,
-        Ok(false) => false,
-        Err(e) => {
-            warn!(source = %key.0, error = %e, "webhook dedupe unavailable; accepting the delivery");
-            true
+    let mut claimed = Vec::with_capacity(keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        match inner.stores.webhooks.claim(source, key).await {
+            Ok(true) => claimed.push(key.clone()),
+            Ok(false) => return Claim::Duplicate { replay: i > 0 },
+            Err(e) => {
+                warn!(source, error = %e, "webhook dedupe unavailable; publishing the delivery for the router to dedupe once the store is back");
+                return Claim::Deferred;
+            }
         }
     }
+    Claim::New(claimed)
 }
 
 fn to_event(
     mut notification: Notification,
     handle: Option<String>,
     headers: BTreeMap<String, String>,
+    replay_key: Option<String>,
+    dedupe_deferred: bool,
 ) -> crewlet_core::Event {
     let body = std::mem::take(&mut notification.raw);
     let mut event = notification.to_event();
@@ -323,6 +353,8 @@ fn to_event(
         notification,
         body,
         received_at: event.timestamp,
+        replay_key,
+        dedupe_deferred,
     };
     event.with_payload(serde_json::to_value(&payload).unwrap_or_default())
 }

@@ -22,10 +22,12 @@ mod headers;
 mod json;
 mod mentions;
 mod notification;
+mod replay;
 mod signature;
 
 pub use headers::Headers;
 pub use notification::{Inbound, Notification, Source};
+pub use replay::replay_key;
 
 /// Why an inbound webhook was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,12 +6,16 @@ use crewlet_core::Event;
 use tracing::warn;
 
 use super::EventStore;
+use crate::error::StoreError;
+use crate::patience::{Patience, retry_transient};
 
-/// The queue's publish listener: stores each published event as it is
-/// published (one insert per event, `ON CONFLICT DO NOTHING`). A database
-/// outage is logged and counted, never returned: the event still reaches the
-/// queue. `crewlet-queue` is not a dependency; the engine registers
-/// `on_publish` with the queue.
+/// Stores published events: [`write`](Self::write) once, inline after a
+/// publish (one insert per event, `ON CONFLICT DO NOTHING`, so writing an
+/// event twice is harmless), or [`write_held`](Self::write_held), which
+/// holds the event until the database takes it. `crewlet-queue` is not a
+/// dependency: the processes register it with their queue, and hand what
+/// an inline write could not store to a durable retry (`crewlet-api`'s
+/// event archive).
 pub struct EventStoreWriter {
     store: Arc<dyn EventStore>,
     timeout: Duration,
@@ -36,29 +40,58 @@ impl EventStoreWriter {
         }
     }
 
-    /// Stores `event` (published on `topic`); stream-only events are skipped.
-    pub async fn on_publish(&self, topic: &str, event: &Event) {
+    /// Stores `event` (published on `topic`); stream-only events are
+    /// skipped. A failure is logged, counted and returned: the caller decides
+    /// whether the event gets another chance.
+    pub async fn on_publish(&self, topic: &str, event: &Event) -> Result<(), StoreError> {
+        let result = self.write(event).await;
+        if let Err(e) = &result {
+            let failed = self.failed.load(Ordering::Relaxed);
+            warn!(
+                topic,
+                event_id = %event.id,
+                event_type = %event.event_type,
+                failed_writes = failed,
+                error = %e,
+                "event store write failed"
+            );
+        }
+        result
+    }
+
+    /// One attempt, bounded by the write timeout (a timeout is transient).
+    pub async fn write(&self, event: &Event) -> Result<(), StoreError> {
         if !event.is_stored() {
-            return;
+            return Ok(());
         }
         let write = self.store.append(std::slice::from_ref(event));
-        let error = match tokio::time::timeout(self.timeout, write).await {
-            Ok(Ok(())) => {
-                self.written.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("timed out after {:?}", self.timeout),
+        let result = match tokio::time::timeout(self.timeout, write).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable {
+                what: "storing an event".into(),
+                reason: format!("no answer within {:?}", self.timeout),
+            }),
         };
-        let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
-        warn!(
-            topic,
-            event_id = %event.id,
-            event_type = %event.event_type,
-            failed_writes = failed,
-            error = %error,
-            "event store write failed; the event was still published"
-        );
+        match &result {
+            Ok(()) => self.written.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.failed.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    /// Writes `event`, holding it while the database is unavailable until
+    /// it is stored or `stopping()` turns true (then the last transient
+    /// error is returned, and the caller keeps the event for later). An
+    /// error that is not transient is returned at once.
+    pub async fn write_held(
+        &self,
+        event: &Event,
+        stopping: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<(), StoreError> {
+        retry_transient("storing an event", Patience::UNTIL_BACK, stopping, || {
+            self.write(event)
+        })
+        .await
     }
 
     /// Events stored so far.
@@ -66,7 +99,7 @@ impl EventStoreWriter {
         self.written.load(Ordering::Relaxed)
     }
 
-    /// Writes that failed (logged, not retried).
+    /// Write attempts that failed (each may have been retried later).
     pub fn failed_writes(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
     }
