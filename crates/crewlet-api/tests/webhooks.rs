@@ -169,7 +169,8 @@ async fn missing_secret_is_503_retry_after_300() {
             .unwrap()
             .contains("integrations.github.webhook_secret")
     );
-    // A seat without a Slack signing secret: same.
+    // A seat without a Slack signing secret has no Slack route: 404, which
+    // Slack does not retry (a 503 it would retry forever).
     let r = h
         .http
         .post(h.url("/webhooks/slack/ceo"))
@@ -177,8 +178,16 @@ async fn missing_secret_is_503_retry_after_300() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 503);
-    assert_eq!(r.headers()["retry-after"], "300");
+    assert_eq!(r.status(), 404);
+    assert!(r.headers().get("retry-after").is_none());
+    let body = json_of(r).await;
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("signing_secret"),
+        "{body}"
+    );
     assert!(h.published.inbound().is_empty());
     h.stop().await;
 }
@@ -283,6 +292,59 @@ async fn duplicate_github_delivery_is_accepted_once() {
     let body = json_of(again).await;
     assert_eq!(body["duplicate"], true);
     assert_eq!(body["accepted"], false);
+    assert_eq!(h.published.inbound().len(), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_signed_body_resent_under_fresh_delivery_ids_is_a_replay() {
+    let h = Harness::start().await;
+    let first = h
+        .post_github("/webhooks/github", "id-1", github_issue(4), GITHUB_SECRET)
+        .await;
+    assert_eq!(first.status(), 202);
+    // GitHub's signature does not cover X-GitHub-Delivery: the captured
+    // request resent with new ids is the same delivery.
+    for id in ["id-2", "id-3", "id-4"] {
+        let replay = h
+            .post_github("/webhooks/github", id, github_issue(4), GITHUB_SECRET)
+            .await;
+        assert_eq!(replay.status(), 202);
+        let body = json_of(replay).await;
+        assert_eq!(body["duplicate"], true, "{id}: {body}");
+        assert_eq!(body["accepted"], false);
+    }
+    assert_eq!(h.published.inbound().len(), 1);
+    let raw = assert_one_inbound(&h, "github");
+    assert!(
+        raw.replay_key
+            .as_deref()
+            .is_some_and(|k| k.starts_with("sha256:")),
+        "{:?}",
+        raw.replay_key
+    );
+    // A different body under a fresh id is a new delivery.
+    let other = h
+        .post_github("/webhooks/github", "id-5", github_issue(5), GITHUB_SECRET)
+        .await;
+    assert_eq!(json_of(other).await["accepted"], true);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn atlassian_replays_under_fresh_identifiers_are_refused() {
+    let h = Harness::start().await;
+    let body = json!({
+        "webhookEvent": "jira:issue_created",
+        "user": {"accountId": "acc-1"},
+        "issue": {"key": "ENG-2", "fields": {"summary": "Flaky", "project": {"key": "ENG"}}}
+    });
+    let r = atlassian(&h, "/webhooks/jira", JIRA_SECRET, &body, "j-10").await;
+    assert_eq!(json_of(r).await["accepted"], true);
+    for id in ["j-11", "j-12"] {
+        let r = atlassian(&h, "/webhooks/jira", JIRA_SECRET, &body, id).await;
+        assert_eq!(json_of(r).await["duplicate"], true, "{id}");
+    }
     assert_eq!(h.published.inbound().len(), 1);
     h.stop().await;
 }

@@ -196,6 +196,16 @@ async fn receive_delivery(
             snapshot.revision_id
         )));
     }
+    // Slack retries a 503 for ever: a seat that has no Slack app has no
+    // Slack route at all.
+    if source == Source::Slack
+        && let Some(h) = &handle
+        && !snapshot.secrets.slack.contains_key(h)
+    {
+        return Err(HttpError::not_found(format!(
+            "seat `{h}` has no Slack app here: set its integrations.slack.signing_secret"
+        )));
+    }
     let (parts, raw) = request.into_parts();
     let limits = inner.limits;
     let bytes = body::read(
