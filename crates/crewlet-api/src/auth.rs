@@ -2,20 +2,34 @@
 //! with every configured token in constant time: both sides are hashed with
 //! SHA-256 and compared with `subtle`, and the loop never exits early, so
 //! neither the position of a mismatch nor the length of a token leaks.
+//!
+//! Each token carries scopes: `read` (every read), `operate` (writes that
+//! run work: tasks, budgets), `admin` (the company configuration, which can
+//! name programs, variables and hosts within Tier A's `security` block).
+//! A route says which it needs through its extractor ([`ReadAccess`],
+//! [`TokenAccess`] for `operate`, [`AdminAccess`]); a valid token without it
+//! answers 403 naming the scope, no token where one is needed 401.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use crewlet_config::ApiAuth;
+use crewlet_config::{ApiAuth, Scope};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::error::HttpError;
 use crate::state::ApiState;
 
+/// One configured token: its id, digest and scopes.
+struct Entry {
+    id: String,
+    digest: [u8; 32],
+    scopes: Vec<Scope>,
+}
+
 /// The configured tokens, as digests.
 pub(crate) struct Tokens {
-    entries: Vec<(String, [u8; 32])>,
+    entries: Vec<Entry>,
     allow_anonymous_read: bool,
 }
 
@@ -24,7 +38,11 @@ impl std::fmt::Debug for Tokens {
         f.debug_struct("Tokens")
             .field(
                 "ids",
-                &self.entries.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                &self
+                    .entries
+                    .iter()
+                    .map(|e| (&e.id, &e.scopes))
+                    .collect::<Vec<_>>(),
             )
             .field("allow_anonymous_read", &self.allow_anonymous_read)
             .finish()
@@ -42,9 +60,26 @@ impl Tokens {
                 .tokens
                 .iter()
                 .filter(|t| !t.token.trim().is_empty())
-                .map(|t| (t.id.clone(), digest(t.token.as_bytes())))
+                .map(|t| Entry {
+                    id: t.id.clone(),
+                    digest: digest(t.token.as_bytes()),
+                    scopes: Scope::ALL.into_iter().filter(|s| t.grants(*s)).collect(),
+                })
                 .collect(),
             allow_anonymous_read: auth.allow_anonymous_read,
+        }
+    }
+
+    /// Warns once per token that has no `scopes` (it keeps every power).
+    pub fn warn_unscoped(auth: &ApiAuth) {
+        for (i, t) in auth.tokens.iter().enumerate() {
+            if t.scopes.is_none() {
+                tracing::warn!(
+                    token_id = %t.id,
+                    "api token `{}` has no scopes (api.auth.tokens[{i}].scopes): it keeps read, operate and admin for compatibility; this is deprecated, list the scopes it needs",
+                    t.id
+                );
+            }
         }
     }
 
@@ -54,14 +89,19 @@ impl Tokens {
 
     /// The id of the token equal to `presented`, compared in constant time
     /// with every configured token.
+    #[cfg(test)]
     pub fn verify(&self, presented: &str) -> Option<&str> {
+        self.find(presented).map(|e| e.id.as_str())
+    }
+
+    fn find(&self, presented: &str) -> Option<&Entry> {
         let given = digest(presented.as_bytes());
-        let mut found: Option<&str> = None;
+        let mut found: Option<&Entry> = None;
         let mut any = Choice::from(0);
-        for (id, expected) in &self.entries {
-            let eq = given.ct_eq(expected);
+        for entry in &self.entries {
+            let eq = given.ct_eq(&entry.digest);
             if bool::from(eq & !any) {
-                found = Some(id);
+                found = Some(entry);
             }
             any |= eq;
         }
@@ -104,13 +144,31 @@ fn unauthorized(reason: impl Into<String>) -> HttpError {
     HttpError::new(StatusCode::UNAUTHORIZED, "unauthorized", reason)
 }
 
-fn check(parts: &Parts, state: &ApiState, anonymous_ok: bool) -> Result<Caller, HttpError> {
+fn forbidden(id: &str, scope: Scope, parts: &Parts) -> HttpError {
+    HttpError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "token `{id}` lacks the `{scope}` scope that {} {} needs; an operator grants it in api.auth.tokens[].scopes of config.yaml",
+            parts.method,
+            parts.uri.path()
+        ),
+    )
+}
+
+fn check(
+    parts: &Parts,
+    state: &ApiState,
+    scope: Scope,
+    anonymous_ok: bool,
+) -> Result<Caller, HttpError> {
     let tokens = state.tokens();
     match bearer(parts)? {
-        Some(token) => match tokens.verify(token) {
-            Some(id) => Ok(Caller {
-                token_id: Some(id.to_owned()),
+        Some(token) => match tokens.find(token) {
+            Some(entry) if entry.scopes.contains(&scope) => Ok(Caller {
+                token_id: Some(entry.id.clone()),
             }),
+            Some(entry) => Err(forbidden(&entry.id, scope, parts)),
             None => Err(unauthorized("the bearer token is not valid")),
         },
         None if anonymous_ok => Ok(Caller { token_id: None }),
@@ -124,7 +182,8 @@ fn check(parts: &Parts, state: &ApiState, anonymous_ok: bool) -> Result<Caller, 
 }
 
 /// A read: open unless `api.auth.allow_anonymous_read: false`. A token that
-/// is presented must be valid.
+/// is presented must be valid and carry `read` (which `operate` and `admin`
+/// include).
 #[derive(Debug, Clone)]
 pub struct ReadAccess(pub Caller);
 
@@ -133,19 +192,35 @@ impl FromRequestParts<ApiState> for ReadAccess {
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, HttpError> {
         let anonymous_ok = state.tokens().allow_anonymous_read;
-        check(parts, state, anonymous_ok).map(ReadAccess)
+        check(parts, state, Scope::Read, anonymous_ok).map(ReadAccess)
     }
 }
 
-/// A write or any `/config` route: always needs a valid token.
+/// A write that runs work (tasks, budgets): always needs a valid token
+/// with the `operate` scope.
 #[derive(Debug, Clone)]
 pub struct TokenAccess(pub Caller);
+
+/// [`TokenAccess`] by the name of its scope.
+pub type OperateAccess = TokenAccess;
 
 impl FromRequestParts<ApiState> for TokenAccess {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, HttpError> {
-        check(parts, state, false).map(TokenAccess)
+        check(parts, state, Scope::Operate, false).map(TokenAccess)
+    }
+}
+
+/// Any `/config` route: always needs a valid token with the `admin` scope.
+#[derive(Debug, Clone)]
+pub struct AdminAccess(pub Caller);
+
+impl FromRequestParts<ApiState> for AdminAccess {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, HttpError> {
+        check(parts, state, Scope::Admin, false).map(AdminAccess)
     }
 }
 
@@ -190,5 +265,23 @@ mod tests {
         assert_eq!(t.verify(""), None);
         let debug = format!("{t:?}");
         assert!(!debug.contains("s3cret"), "{debug}");
+    }
+
+    #[test]
+    fn scopes_are_kept_per_token_and_unset_means_all() {
+        let t = Tokens::new(&ApiAuth {
+            tokens: vec![
+                ApiToken::new("all", "t-all"),
+                ApiToken::new("reader", "t-read").with_scopes([Scope::Read]),
+                ApiToken::new("ops", "t-ops").with_scopes([Scope::Operate]),
+                ApiToken::new("admin", "t-admin").with_scopes([Scope::Admin]),
+            ],
+            ..ApiAuth::default()
+        });
+        let scopes = |token: &str| t.find(token).map(|e| e.scopes.clone());
+        assert_eq!(scopes("t-all"), Some(Scope::ALL.to_vec()));
+        assert_eq!(scopes("t-read"), Some(vec![Scope::Read]));
+        assert_eq!(scopes("t-ops"), Some(vec![Scope::Read, Scope::Operate]));
+        assert_eq!(scopes("t-admin"), Some(vec![Scope::Read, Scope::Admin]));
     }
 }

@@ -29,7 +29,7 @@ mod serve;
 pub mod standalone;
 mod state;
 
-pub use auth::{Caller, ReadAccess, TokenAccess};
+pub use auth::{AdminAccess, Caller, OperateAccess, ReadAccess, TokenAccess};
 pub use company::EnvLookup;
 pub use engine_view::{
     AgentState, AgentView, CurrentTask, EngineView, StaticEngineView, ToolAnnotations, ToolView,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crewlet_config::{ApiConfig, process_env};
+use crewlet_config::{ApiConfig, Security, process_env};
 use crewlet_queue::EventQueue;
 use crewlet_store::{ConfigRevisions, EventStore, Stores, TokenLedger, WebhookDeliveries};
 
@@ -18,7 +18,7 @@ use crate::engine_view::EngineView;
 pub struct ApiLimits {
     /// Largest webhook body (default 1 MiB); more answers 413.
     pub webhook_body_limit: usize,
-    /// Largest `PUT /config` body (default 4 MiB).
+    /// Largest `PUT /config` body (default 1 MiB); more answers 413.
     pub config_body_limit: usize,
     /// Time allowed to receive a request body (default 10 s); more answers 408.
     pub body_timeout: Duration,
@@ -32,7 +32,7 @@ impl Default for ApiLimits {
     fn default() -> Self {
         Self {
             webhook_body_limit: 1024 * 1024,
-            config_body_limit: 4 * 1024 * 1024,
+            config_body_limit: 1024 * 1024,
             body_timeout: Duration::from_secs(10),
             config_poll: Duration::from_secs(5),
             dedupe_gc: Duration::from_secs(300),
@@ -63,6 +63,8 @@ impl From<&Stores> for ApiStores {
 pub(crate) struct Inner {
     pub config: ApiConfig,
     pub tokens: Tokens,
+    /// Tier A `security`: what a company written through the API may do.
+    pub security: Security,
     pub queue: Arc<dyn EventQueue>,
     pub stores: ApiStores,
     pub engine: Option<Arc<dyn EngineView>>,
@@ -126,13 +128,15 @@ pub struct ApiBuilder {
     stores: ApiStores,
     engine: Option<Arc<dyn EngineView>>,
     env: EnvLookup,
+    security: Security,
     limits: ApiLimits,
 }
 
 impl ApiBuilder {
     /// The Tier A `api` section, the queue webhooks are published to, and the
     /// stores. Secrets are expanded from the process environment unless
-    /// [`secret_env`](Self::secret_env) says otherwise.
+    /// [`secret_env`](Self::secret_env) says otherwise, and only for the
+    /// variables [`security`](Self::security) lets the company read.
     pub fn new(
         config: ApiConfig,
         queue: Arc<dyn EventQueue>,
@@ -144,6 +148,7 @@ impl ApiBuilder {
             stores: stores.into(),
             engine: None,
             env: Arc::new(process_env),
+            security: Security::default(),
             limits: ApiLimits::default(),
         }
     }
@@ -160,6 +165,13 @@ impl ApiBuilder {
         env: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.env = Arc::new(env);
+        self
+    }
+
+    /// Tier A `security` (default: [`Security::default`]): checked on every
+    /// `PUT /config` and revert, and the filter of every `${VAR}` lookup.
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
         self
     }
 
@@ -182,10 +194,13 @@ impl ApiBuilder {
                 "no api tokens configured (api.auth.tokens): /config and every write answer 401"
             );
         }
-        let company = ActiveCompany::new(self.stores.config.clone(), self.env);
+        crate::auth::Tokens::warn_unscoped(&self.config.auth);
+        let env = self.security.company_lookup(self.env);
+        let company = ActiveCompany::new(self.stores.config.clone(), env);
         let state = ApiState(Arc::new(Inner {
             config: self.config,
             tokens,
+            security: self.security,
             queue: self.queue,
             stores: self.stores,
             engine: self.engine,

@@ -757,6 +757,7 @@ async fn a_write_that_loses_a_race_in_the_store_is_409() {
         std::sync::Arc::new(RacingRevisions(crewlet_store::MemoryConfigRevisions::new()));
     let queue = std::sync::Arc::new(crewlet_queue::MemoryQueue::standalone());
     let api = crewlet_api::ApiBuilder::new(api_config(true, true), queue, api_stores)
+        .security(security())
         .build()
         .await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,5 +1,8 @@
 //! `GET /config`, `PUT /config`, `GET /config/revisions`,
-//! `POST /config/revisions/{id}/activate`. Every route needs a token.
+//! `POST /config/revisions/{id}/activate`. Every route needs a token with
+//! the `admin` scope. A company written here (or reverted to) must also pass
+//! Tier A's `security` block: its MCP programs, `${VAR}` names and outbound
+//! hosts, else 400 `not_allowed` and nothing changes.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -15,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::{Caller, TokenAccess};
+use crate::auth::{AdminAccess, Caller};
 use crate::error::{ErrorBody, HttpError, HttpResult};
 use crate::routes::{body, query_error};
 use crate::state::ApiState;
@@ -24,6 +27,14 @@ use crate::state::ApiState;
 const BODY_SOURCE: &str = "request body";
 /// Longest `X-Summary` kept.
 const MAX_SUMMARY: usize = 500;
+/// Body types `PUT /config` reads (YAML, or JSON which is YAML too).
+const BODY_TYPES: [&str; 5] = [
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "text/x-yaml",
+    "application/json",
+];
 
 /// A revision without its payload.
 #[derive(Debug, Serialize, ToSchema)]
@@ -113,6 +124,67 @@ fn if_match(headers: &HeaderMap) -> HttpResult<Option<IfMatch>> {
                 "If-Match `{text}` is not a revision id (GET /config answers it in ETag)"
             ))
         })
+}
+
+/// `Content-Type` must be one of [`BODY_TYPES`] (parameters such as
+/// `charset` are ignored), else 415. A body without one is read as YAML.
+fn check_content_type(headers: &HeaderMap) -> HttpResult<()> {
+    let unsupported = |what: String| {
+        HttpError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "{what}; PUT /config reads a company as YAML or JSON: send Content-Type {}",
+                BODY_TYPES.join(", ")
+            ),
+        )
+    };
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| unsupported("Content-Type is not text".into()))?;
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if BODY_TYPES.contains(&essence.as_str()) {
+        Ok(())
+    } else {
+        let shown: String = essence.chars().take(100).collect();
+        Err(unsupported(format!(
+            "Content-Type `{shown}` is not accepted"
+        )))
+    }
+}
+
+/// What Tier A's `security` refuses in `company`, as a 400 with every problem.
+fn check_policy(
+    state: &ApiState,
+    source: &str,
+    text: Option<&str>,
+    company: &Company,
+) -> HttpResult<()> {
+    let problems = state
+        .inner()
+        .security
+        .company_problems(source, text, company);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(HttpError::new(
+        StatusCode::BAD_REQUEST,
+        "not_allowed",
+        format!(
+            "the company asks for {} thing{} the bootstrap file's `security` block does not allow; nothing was changed",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        ),
+    )
+    .with_problems(problems))
 }
 
 enum IfMatch {
@@ -205,10 +277,11 @@ fn with_etag(mut response: Response, revision_id: i64) -> Response {
             content((Object = "application/json"), (String = "application/yaml")),
             headers(("ETag" = String, description = "the revision id, quoted"))),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody),
         (status = 404, description = "no active revision", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_config(
-    _: TokenAccess,
+    _: AdminAccess,
     State(state): State<ApiState>,
     headers: HeaderMap,
 ) -> HttpResult<Response> {
@@ -241,9 +314,11 @@ pub async fn get_config(
     Ok(with_etag(response, active.revision_id))
 }
 
-/// Replaces the company: validates the YAML (or JSON) body, stores it as a
-/// new revision and activates it. `If-Match` must name the active revision
-/// (412 otherwise); a concurrent write answers 409. `X-Summary` describes the change.
+/// Replaces the company: validates the YAML (or JSON) body, checks it
+/// against Tier A's `security` block (MCP programs, `${VAR}` names, outbound
+/// hosts), stores it as a new revision and activates it. `If-Match` must
+/// name the active revision (412 otherwise); a concurrent write answers 409.
+/// `X-Summary` describes the change. Needs the `admin` scope.
 #[utoipa::path(put, path = "/config", tag = "config",
     request_body(description = "the company, YAML or JSON", content(
         (String = "application/yaml"), (Object = "application/json"))),
@@ -252,18 +327,21 @@ pub async fn get_config(
         ("X-Summary" = Option<String>, Header, description = "what changed")),
     responses(
         (status = 200, description = "stored and active", body = RevisionSummary),
-        (status = 400, description = "bad YAML or an invalid company: every problem with path and line", body = ErrorBody),
+        (status = 400, description = "bad YAML or an invalid company (`invalid_config`), or one the `security` block refuses (`not_allowed`): every problem with path and line", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody),
         (status = 409, description = "another write won", body = ErrorBody),
         (status = 412, description = "If-Match is not the active revision", body = ErrorBody),
-        (status = 413, body = ErrorBody)),
+        (status = 413, description = "the body is over 1 MiB", body = ErrorBody),
+        (status = 415, description = "Content-Type is not YAML or JSON", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn put_config(
-    TokenAccess(caller): TokenAccess,
+    AdminAccess(caller): AdminAccess,
     State(state): State<ApiState>,
     request: Request,
 ) -> HttpResult<Response> {
     let (parts, raw) = request.into_parts();
+    check_content_type(&parts.headers)?;
     let limits = state.inner().limits;
     let bytes = body::read(
         &parts.headers,
@@ -288,6 +366,7 @@ pub async fn put_config(
             )
             .with_problems(problems)
         })?;
+    check_policy(&state, BODY_SOURCE, Some(text), &company)?;
     let wanted = if_match(&parts.headers)?;
     let configs = &state.inner().stores.config;
     let active = configs.active().await?.map(|r| r.revision_id);
@@ -319,10 +398,11 @@ pub async fn put_config(
 
 /// Revisions, newest first, without their payloads.
 #[utoipa::path(get, path = "/config/revisions", tag = "config", params(RevisionsParams),
-    responses((status = 200, body = RevisionList), (status = 401, body = ErrorBody)),
+    responses((status = 200, body = RevisionList), (status = 401, body = ErrorBody),
+        (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn revisions(
-    _: TokenAccess,
+    _: AdminAccess,
     State(state): State<ApiState>,
     params: Result<Query<RevisionsParams>, QueryRejection>,
 ) -> HttpResult<Json<RevisionList>> {
@@ -343,14 +423,15 @@ pub async fn revisions(
         ("X-Summary" = Option<String>, Header, description = "why")),
     responses(
         (status = 200, description = "the new active revision", body = RevisionSummary),
-        (status = 400, description = "the old revision is not valid any more", body = ErrorBody),
+        (status = 400, description = "the old revision is not valid any more, or the `security` block refuses it", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody),
         (status = 412, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn activate(
-    TokenAccess(caller): TokenAccess,
+    AdminAccess(caller): AdminAccess,
     State(state): State<ApiState>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -374,6 +455,7 @@ pub async fn activate(
         )
         .with_problems(e.problems().to_vec())
     })?;
+    check_policy(&state, &format!("revision {id}"), None, &company)?;
     let active = configs.active().await?.map(|r| r.revision_id);
     check_precondition(if_match(&headers)?, active)?;
     let revision = configs

@@ -186,6 +186,14 @@ pub fn api_config(tokens: bool, anonymous_read: bool) -> ApiConfig {
     }
 }
 
+/// Tier A `security` of the harness: the default, plus `GH_SECRET` (the
+/// GitHub webhook secret of [`COMPANY`]) readable by the company.
+pub fn security() -> crewlet_config::Security {
+    let mut s = crewlet_config::Security::default();
+    s.company_env.names.push("GH_SECRET".into());
+    s
+}
+
 impl Harness {
     pub async fn start() -> Self {
         Self::with(Options::default()).await
@@ -211,6 +219,7 @@ impl Harness {
             &stores,
         )
         .secret_env(|name| (name == "GH_SECRET").then(|| GITHUB_SECRET.to_owned()))
+        .security(security())
         .limits(options.limits);
         if let Some(engine) = options.engine {
             builder = builder.engine(engine);
