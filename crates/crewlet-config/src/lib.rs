@@ -45,7 +45,9 @@ pub use env::EnvOverrides;
 pub use error::{ConfigError, Problem};
 pub use figment_yaml::SaphyrYaml;
 pub use interpolate::{has_references, interpolate, interpolate_all, process_env, references};
-pub use organization::{OrgUnit, Organization, Seat, derive_handle, is_valid_handle};
+pub use organization::{
+    ManagerChain, ManagerChainIter, OrgUnit, Organization, Seat, derive_handle, is_valid_handle,
+};
 pub use schema::Tier;
 pub use security::{
     CompanyEnv, DEFAULT_COMPANY_ENV_NAMES, DEFAULT_COMPANY_ENV_PREFIX, FORBIDDEN_MCP_ENV,

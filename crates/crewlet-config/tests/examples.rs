@@ -40,7 +40,7 @@ fn bootstrap(rel: &str) -> Bootstrap {
 
 fn chain(org: &Organization, handle: &str) -> Vec<String> {
     org.seat(handle)
-        .map(|s| s.manager_chain.clone())
+        .map(|s| s.manager_chain.to_vec())
         .unwrap_or_default()
 }
 

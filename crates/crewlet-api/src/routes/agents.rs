@@ -216,7 +216,7 @@ pub(crate) fn org_view(org: &Organization, revision_id: Option<i64>) -> OrgView 
                 },
                 unit_path: s.unit_path.clone(),
                 manager: s.manager.clone(),
-                manager_chain: s.manager_chain.clone(),
+                manager_chain: s.manager_chain.to_vec(),
                 reports: s.reports.clone(),
             })
             .collect(),
