@@ -26,6 +26,21 @@ pub struct ApiLimits {
     pub config_poll: Duration,
     /// How often old webhook delivery claims are deleted (default 5 min).
     pub dedupe_gc: Duration,
+    /// Time from the first byte of a request to its last header (default
+    /// 10 s); a client slower than that is disconnected.
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight and no
+    /// byte of the next one (default 60 s): fresh and keep-alive connections.
+    pub idle_timeout: Duration,
+    /// Most connections open at once (default 1000). Lowered at start to
+    /// the open-file limit (RLIMIT_NOFILE soft) minus
+    /// [`fd_reserve`](Self::fd_reserve). At the cap, the longest-idle
+    /// connection is closed to admit a new one; connections with a request
+    /// in flight are never closed.
+    pub max_connections: usize,
+    /// File descriptors kept for everything but client connections (store
+    /// and queue clients, LLM and MCP connections, logs): default 128.
+    pub fd_reserve: usize,
 }
 
 impl Default for ApiLimits {
@@ -36,6 +51,10 @@ impl Default for ApiLimits {
             body_timeout: Duration::from_secs(10),
             config_poll: Duration::from_secs(5),
             dedupe_gc: Duration::from_secs(300),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1000,
+            fd_reserve: 128,
         }
     }
 }
