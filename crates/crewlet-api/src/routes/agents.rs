@@ -96,8 +96,14 @@ fn not_configured() -> HttpError {
     .retry_after(15)
 }
 
+/// The view to answer from; 503 until a company runs (embedded: until the
+/// engine runs one, so `/agents` and `/tools` never answer an empty list
+/// that only means "not started yet").
 fn view(state: &ApiState) -> HttpResult<Arc<dyn EngineView>> {
-    state.view().ok_or_else(not_configured)
+    state
+        .view()
+        .filter(|v| v.organization().is_some())
+        .ok_or_else(not_configured)
 }
 
 /// Every seat, with live state when the API runs inside the engine.
