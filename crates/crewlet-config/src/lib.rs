@@ -27,6 +27,7 @@ mod schema;
 mod schema_check;
 mod security;
 mod yaml;
+mod zone;
 
 pub use bootstrap::{
     ApiAuth, ApiConfig, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig, ENV_PREFIX,
@@ -53,6 +54,7 @@ pub use security::{
     CompanyEnv, DEFAULT_COMPANY_ENV_NAMES, DEFAULT_COMPANY_ENV_PREFIX, FORBIDDEN_MCP_ENV,
     FORBIDDEN_MCP_ENV_PREFIXES, Lookup, Scope, Security,
 };
+pub use zone::Zone;
 
 /// Validates a file of either tier (`tier: None` guesses it from the keys,
 /// see [`Tier::detect`]). Reads no environment and touches no network.

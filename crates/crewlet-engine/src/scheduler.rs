@@ -15,7 +15,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, FixedOffset, TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use crewlet_config::{Company, Organization, Schedule, ScheduleTarget, Seat, SeatKind, Unit};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_queue::{EventQueue, topics};
@@ -34,36 +34,9 @@ const MAX_FIRES_PER_TICK: usize = 60;
 const CLAIM_RETENTION_DAYS: i64 = 7;
 const EVENT_SOURCE: &str = "engine.scheduler";
 
-/// A time zone a schedule is read in.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Zone {
-    Named(chrono_tz::Tz),
-    Fixed(FixedOffset),
-}
-
-impl Zone {
-    /// `UTC`, an IANA name (`Europe/Paris`) or a fixed offset (`+02:00`).
-    pub fn parse(s: &str) -> Result<Zone, String> {
-        let s = s.trim();
-        if let Some(offset) = parse_offset(s) {
-            return Ok(Zone::Fixed(offset));
-        }
-        chrono_tz::Tz::from_str(s)
-            .map(Zone::Named)
-            .map_err(|_| format!("unknown time zone `{s}` (use an IANA name such as `Europe/Paris`, `UTC`, or an offset like `+02:00`)"))
-    }
-}
-
-fn parse_offset(s: &str) -> Option<FixedOffset> {
-    let b = s.as_bytes();
-    if b.len() != 6 || !(b[0] == b'+' || b[0] == b'-') || b[3] != b':' {
-        return None;
-    }
-    let h: i32 = s.get(1..3)?.parse().ok()?;
-    let m: i32 = s.get(4..6)?.parse().ok()?;
-    let secs = (h * 3600 + m * 60) * if b[0] == b'-' { -1 } else { 1 };
-    FixedOffset::east_opt(secs)
-}
+/// A schedule's time zone: parsed by crewlet-config, so that validation
+/// and the scheduler read a zone the same way.
+pub use crewlet_config::Zone;
 
 /// Fire times of `cron` in `(after, until]`, read in `zone`.
 fn fires_in<Z: TimeZone>(

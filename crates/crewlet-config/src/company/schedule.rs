@@ -3,6 +3,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schema_check::closest;
+use crate::zone::Zone;
+
 /// A task fired on a cron schedule, at most once per fire time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -136,33 +139,20 @@ fn check_field(field: &str, lo: u32, hi: u32, names: &[&str], first: u32) -> Res
     Ok(())
 }
 
-/// A loose check of a time zone name: `UTC`, an IANA `Area/Location` name
-/// or a fixed offset like `+02:00`. The scheduler resolves it for real.
+/// Checks a time zone with the scheduler's own parser ([`Zone::parse`]):
+/// `UTC`, an IANA name from the tz database or a fixed offset like `+02:00`.
 pub fn check_timezone(tz: &str) -> Result<(), String> {
-    let offset = |s: &str| {
-        let b = s.as_bytes();
-        b.len() == 6
-            && (b[0] == b'+' || b[0] == b'-')
-            && b[1..3].iter().all(u8::is_ascii_digit)
-            && b[3] == b':'
-            && b[4..6].iter().all(u8::is_ascii_digit)
-    };
-    let name = |s: &str| {
-        !s.is_empty()
-            && s.split('/').all(|seg| {
-                seg.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-                    && seg
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "_+-".contains(c))
-            })
-    };
-    if offset(tz) || name(tz) {
-        Ok(())
-    } else {
-        Err(format!(
-            "time zone `{tz}` is not an IANA name (e.g. `Europe/Paris`), `UTC` or an offset like `+02:00`"
-        ))
+    if Zone::parse(tz).is_ok() {
+        return Ok(());
     }
+    let mut message = format!(
+        "time zone `{tz}` is not an IANA name (e.g. `Europe/Paris`), `UTC` or an offset like `+02:00`"
+    );
+    let names: Vec<&str> = Zone::names().collect();
+    if let Some(best) = closest(tz.trim(), &names) {
+        message.push_str(&format!("; did you mean `{best}`?"));
+    }
+    Err(message)
 }
 
 #[cfg(test)]
@@ -196,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn time_zones_are_checked_loosely() {
+    fn time_zones_are_read_as_the_scheduler_reads_them() {
         for tz in [
             "UTC",
             "Europe/Paris",
@@ -206,8 +196,19 @@ mod tests {
         ] {
             assert_eq!(check_timezone(tz), Ok(()), "{tz}");
         }
-        for tz in ["", "Europe/", "2/3", "+2:00", "UTC Paris"] {
+        for tz in [
+            "",
+            "Europe/",
+            "2/3",
+            "+2:00",
+            "UTC Paris",
+            "Europe/Pariss",
+            "+99:99",
+            "Mars/Olympus",
+        ] {
             assert!(check_timezone(tz).is_err(), "{tz}");
         }
+        let e = check_timezone("Europe/Pariss").unwrap_err();
+        assert!(e.ends_with("did you mean `Europe/Paris`?"), "{e}");
     }
 }
