@@ -26,6 +26,7 @@ mod organization;
 mod schema;
 mod schema_check;
 mod security;
+mod text;
 mod yaml;
 mod zone;
 
@@ -54,6 +55,7 @@ pub use security::{
     CompanyEnv, DEFAULT_COMPANY_ENV_NAMES, DEFAULT_COMPANY_ENV_PREFIX, FORBIDDEN_MCP_ENV,
     FORBIDDEN_MCP_ENV_PREFIXES, Lookup, Scope, Security,
 };
+pub use text::decode_utf8;
 pub use zone::Zone;
 
 /// Validates a file of either tier (`tier: None` guesses it from the keys,
@@ -71,6 +73,19 @@ pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
     match tier {
         Tier::Company => Checked::Company(check_company(source, text)),
         Tier::Bootstrap => Checked::Bootstrap(check_bootstrap(source, text)),
+    }
+}
+
+/// As [`check_file`] for a file's bytes: text that is not UTF-8 is one
+/// problem giving the byte offset, line and column of the first bad byte.
+pub fn check_bytes(source: &str, bytes: &[u8], tier: Option<Tier>) -> Checked {
+    match decode_utf8(source, bytes) {
+        Ok(text) => check_file(source, text, tier),
+        Err(problem) => match tier {
+            Some(Tier::Company) => Checked::Company(Err(vec![problem])),
+            Some(Tier::Bootstrap) => Checked::Bootstrap(Err(vec![problem])),
+            None => Checked::Undetected(vec![problem]),
+        },
     }
 }
 

@@ -14,6 +14,7 @@ use crate::check::{self, Finding};
 use crate::error::{ConfigError, Problem};
 use crate::organization::{Organization, resolve};
 use crate::schema::Tier;
+use crate::text::decode_utf8;
 use crate::yaml::YamlPath;
 
 /// Validates a company file's text and resolves its org chart. Every problem
@@ -53,13 +54,19 @@ impl Company {
             })
     }
 
-    /// Reads and validates a company file.
+    /// Reads and validates a company file (text that is not UTF-8 is a
+    /// located problem, see [`decode_utf8`](crate::decode_utf8)).
     pub fn load(path: &Path) -> Result<Company, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
             path: path.to_owned(),
             source: e,
         })?;
-        Self::from_yaml(&path.display().to_string(), &text)
+        let source = path.display().to_string();
+        let text = decode_utf8(&source, &bytes).map_err(|problem| ConfigError::Invalid {
+            file: source.clone(),
+            problems: vec![problem],
+        })?;
+        Self::from_yaml(&source, text)
     }
 
     /// Validates a company built in code or read from JSON (problems carry
