@@ -74,7 +74,8 @@ async fn no_configured_secret_reaches_the_logs_of_a_full_turn() {
     let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
     let port = free_port();
     let config = format!(
-        "providers:\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: {port}\n  auth:\n    tokens:\n      - id: ops\n        token: \"{API_TOKEN}\"\n"
+        "providers:\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: {port}\n  auth:\n    tokens:\n      - id: ops\n        token: \"{API_TOKEN}\"\nsecurity:\n  mcp_commands: [\"{bin}\"]\n  company_env:\n    names: [{MODEL_KEY_VAR}]\n",
+        bin = fake_mcp.display(),
     );
     std::fs::write(dir.join("cfg.yaml"), config).unwrap_or_else(|e| panic!("{e}"));
     let company = format!(

@@ -642,6 +642,25 @@ mod tests {
     }
 
     #[test]
+    fn the_examples_pass_their_own_security_block() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        for (config, company_file) in [
+            ("acme/config.yaml", "acme/company.yaml"),
+            ("quickstart/config.yaml", "quickstart/company.yaml"),
+        ] {
+            let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_default();
+            let bootstrap = crate::check_bootstrap(config, &read(config))
+                .unwrap_or_else(|p| panic!("{config}: {p:?}"));
+            let text = read(company_file);
+            let company = company(&text);
+            let problems = bootstrap
+                .security
+                .company_problems(company_file, Some(&text), &company);
+            assert!(problems.is_empty(), "{company_file}: {problems:#?}");
+        }
+    }
+
+    #[test]
     fn the_block_itself_is_checked() {
         let s = Security {
             mcp_commands: vec![" npx".into()],

@@ -73,6 +73,8 @@ pub struct EngineOptions {
     /// Stream completions so turns publish live `agent_turn_progress`.
     pub stream_progress: bool,
     /// Where `${VAR}` references of providers and MCP servers are looked up.
+    /// Default: the process environment, only the names the default Tier A
+    /// `security.company_env` allows (`crewlet run` uses the bootstrap's).
     pub env: EnvLookup,
     /// Store upkeep (partitions ahead, webhook claim GC) at boot and then
     /// this often; `None` turns it off. Default 24 h ([`MAINTENANCE_INTERVAL`]).
@@ -92,7 +94,7 @@ impl Default for EngineOptions {
             run_router: true,
             run_scheduler: true,
             stream_progress: true,
-            env: Arc::new(crewlet_config::process_env),
+            env: crewlet_config::Security::default().company_process_env(),
             maintenance_interval: Some(MAINTENANCE_INTERVAL),
             gc_webhook_deliveries: true,
         }

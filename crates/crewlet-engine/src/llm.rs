@@ -191,6 +191,23 @@ roles:
     }
 
     #[test]
+    fn keys_come_only_from_the_variables_tier_a_allows() {
+        let yaml = YAML.replace("${T_KEY_SET}", "${CREWLET_CO_MAIN_KEY}");
+        let c = company(&yaml.replace("${T_KEY_UNSET}", "${ACME_OPS_API_TOKEN}"));
+        // Every variable is set in this environment, the engine's own secrets too.
+        let everything: crewlet_config::Lookup =
+            Arc::new(|name: &str| Some(format!("secret-{name}")));
+        let env = crewlet_config::Security::default().company_lookup(everything);
+        let (_, problems) = build_registry(&c, &*env);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let why = problems.get("missing").cloned().unwrap_or_default();
+        assert!(
+            why.contains("ACME_OPS_API_TOKEN") && !why.contains("secret-"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn phases_resolve_by_the_company_rules() {
         let c = company(YAML);
         let role = &c.roles[0];

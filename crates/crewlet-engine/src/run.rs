@@ -3,8 +3,9 @@
 //!
 //! 1. Connect the queue and the stores (migrations run when a database is
 //!    configured); say in one line what does not survive a restart.
-//! 2. Find the company: `--import-company FILE` is validated and stored as
-//!    the new active revision; otherwise the active revision is used;
+//! 2. Find the company: `--import-company FILE` is validated (and checked
+//!    against Tier A's `security` block) and stored as the new active
+//!    revision; otherwise the active revision is used;
 //!    when none is active and a `company.yaml` sits beside the bootstrap
 //!    file, that file is imported. With none at all the engine waits for one
 //!    (`crewlet config import`, or `PUT /config` on the API) and `/ready`
@@ -13,19 +14,23 @@
 //!    then boot the engine and serve.
 //! 4. A newly activated revision (through the API, or seen by polling the
 //!    store every few seconds) restarts the engine on it: running turns
-//!    finish first.
+//!    finish first. A revision Tier A's `security` refuses (stored by another
+//!    process) is logged and not run; at boot it is an error.
+//!
+//! The company's `${VAR}` are expanded only from the variables
+//! `security.company_env` allows, in the engine and in the embedded API.
 //! 5. SIGINT/SIGTERM: `/ready` turns 503, the engine drains (running turns
 //!    finish within the drain timeout), the API stops, the queue node shuts
 //!    down.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crewlet_api::{AgentView, ApiBuilder, EngineView, ToolView};
-use crewlet_config::{Bootstrap, Company, Organization};
+use crewlet_config::{Bootstrap, Company, ConfigError, Organization, Security};
 use crewlet_store::ConfigRevision;
 use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::sync::Notify;
@@ -139,14 +144,46 @@ enum Wake {
     Revision(Box<(Company, ConfigRevision)>),
 }
 
+/// What `security` refuses in `company`, as the error boot stops with.
+pub fn check_security(
+    security: &Security,
+    source: &str,
+    text: Option<&str>,
+    company: &Company,
+) -> Result<(), ConfigError> {
+    let problems = security.company_problems(source, text, company);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            file: format!("{source} (refused by the `security` block of the bootstrap file)"),
+            problems,
+        })
+    }
+}
+
+/// Validates the company file at `path` and checks it against `security`,
+/// before it is imported.
+pub fn check_company_file(security: &Security, path: &Path) -> Result<(), EngineError> {
+    let text = std::fs::read_to_string(path).map_err(|e| EngineError::file("read", path, e))?;
+    let source = path.display().to_string();
+    let company = Company::from_yaml(&source, &text)?;
+    Ok(check_security(security, &source, Some(&text), &company)?)
+}
+
+type RevisionKey = (i64, Option<chrono::DateTime<chrono::Utc>>);
+
 /// Waits for a revision other than `current` to be active (told by the API
-/// or found by polling), or for `shutdown`.
+/// or found by polling), or for `shutdown`. A revision `security` refuses is
+/// logged once and skipped.
 async fn next_revision(
     backends: &Backends,
     slot: &EngineSlot,
-    current: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
+    security: &Security,
+    current: Option<RevisionKey>,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Wake {
+    let mut refused: Option<RevisionKey> = None;
     loop {
         tokio::select! {
             () = &mut *shutdown => return Wake::Shutdown,
@@ -155,8 +192,17 @@ async fn next_revision(
         }
         match active_company(backends.stores.config.as_ref()).await {
             Ok(Some((company, rev))) => {
-                if current != Some((rev.revision_id, rev.activated_at)) {
-                    return Wake::Revision(Box::new((company, rev)));
+                let key = (rev.revision_id, rev.activated_at);
+                if current == Some(key) || refused == Some(key) {
+                    continue;
+                }
+                let source = format!("company revision {}", rev.revision_id);
+                match check_security(security, &source, None, &company) {
+                    Ok(()) => return Wake::Revision(Box::new((company, rev))),
+                    Err(e) => {
+                        error!(error = %e, revision_id = rev.revision_id, "the active company revision is refused by the bootstrap file's security block; the engine keeps running the previous one");
+                        refused = Some(key);
+                    }
                 }
             }
             Ok(None) => {}
@@ -201,12 +247,15 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), EngineError> {
     let configs = backends.stores.config.clone();
+    let security = &bootstrap.security;
     if let Some(path) = &options.import_company {
+        check_company_file(security, path)?;
         import_company(configs.as_ref(), path, &local_author(), None).await?;
     } else if configs.active().await?.is_none()
         && let Some(path) = sibling_company_file(options.config_path.as_deref())
     {
         info!(file = %path.display(), "no company revision is active; importing the company file beside the bootstrap file");
+        check_company_file(security, &path)?;
         import_company(
             configs.as_ref(),
             &path,
@@ -230,6 +279,7 @@ async fn serve(
             &backends.stores,
         )
         .engine(slot.clone())
+        .security(security.clone())
         .build()
         .await;
         let stop = Arc::new(Notify::new());
@@ -253,10 +303,15 @@ async fn serve(
     let engine_options = EngineOptions {
         // The embedded API deletes old webhook delivery claims itself.
         gc_webhook_deliveries: api_task.is_none(),
+        env: security.company_process_env(),
         ..EngineOptions::default()
     };
     let mut shutdown = Box::pin(shutdown);
     let mut current = active_company(configs.as_ref()).await?;
+    if let Some((company, rev)) = &current {
+        let source = format!("company revision {}", rev.revision_id);
+        check_security(security, &source, None, company)?;
+    }
     if current.is_none() {
         warn!(
             "no company revision is active yet: the engine waits for one (`crewlet run --import-company FILE`, `crewlet config import FILE`, or PUT /config); /ready answers 503 until then"
@@ -285,7 +340,7 @@ async fn serve(
                 }
             }
         }
-        let wake = next_revision(backends, &slot, running, &mut shutdown).await;
+        let wake = next_revision(backends, &slot, security, running, &mut shutdown).await;
         if let Some(e) = engine {
             if matches!(wake, Wake::Shutdown) {
                 slot.draining.store(true, Ordering::Release);
@@ -311,4 +366,81 @@ async fn serve(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("crewlet-run-{name}-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        dir
+    }
+
+    #[tokio::test]
+    async fn boot_refuses_a_company_file_the_security_block_does_not_allow() {
+        let dir = temp("security");
+        let file = dir.join("company.yaml");
+        let yaml = format!(
+            "name: A\nroles:\n  - {{name: CEO, handle: ceo}}\n{}mcp_servers:\n  x:\n    command: /bin/sh\n",
+            crate::TEST_LLM
+        );
+        std::fs::write(&file, yaml)
+            .map_err(|e| e.to_string())
+            .unwrap_or_default();
+        let options = RunOptions {
+            import_company: Some(file.clone()),
+            ..RunOptions::default()
+        };
+        let err = run_until(Bootstrap::default(), options, std::future::pending())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains(&format!("{}:", file.display()))
+                && err.contains("mcp_servers.x.command")
+                && err.contains("security.mcp_commands"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn boot_refuses_an_active_revision_the_security_block_does_not_allow() {
+        let backends = Backends::memory();
+        let yaml = "name: A\nroles:\n  - {name: CEO, handle: ceo}\nproviders:\n  llm:\n    main: {type: openai-compatible, model: m, base_url: \"http://127.0.0.1:9/v1\", api_keys: [\"${ACME_DATABASE_DSN}\"]}\n";
+        let company = Company::from_yaml("t", yaml).map_err(|e| e.to_string());
+        let Ok(company) = company else {
+            panic!("{company:?}");
+        };
+        let created = backends
+            .stores
+            .config
+            .create(crewlet_store::NewRevision {
+                parent_revision_id: None,
+                created_by: "t".into(),
+                source: "cli-import".into(),
+                summary: "t".into(),
+                payload: serde_json::to_value(&company).unwrap_or_default(),
+                activate: true,
+            })
+            .await;
+        assert!(created.is_ok());
+        let err = serve(
+            &Bootstrap::default(),
+            &RunOptions::default(),
+            &backends,
+            std::future::pending(),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.contains("company revision 1") && err.contains("`ACME_DATABASE_DSN`"),
+            "{err}"
+        );
+    }
 }

@@ -27,7 +27,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ConfigCommand {
-    /// Validate a company file and store it as the new active revision.
+    /// Validate a company file (and check it against the bootstrap file's
+    /// `security` block) and store it as the new active revision.
     Import {
         /// The company YAML.
         file: PathBuf,
@@ -94,6 +95,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 summary,
                 dry_run,
             } => {
+                crewlet_engine::run::check_company_file(&bootstrap.security, &file)?;
                 let author = crewlet_engine::local_author();
                 let text =
                     admin::config_import(&stores, &file, &author, summary.as_deref(), dry_run)
