@@ -1,6 +1,7 @@
 //! The active company revision as the API uses it: the parsed company, its
 //! organization and the webhook secrets (with `${VAR}` expanded from the
-//! process environment). Reloaded when the active revision changes, by a
+//! process environment, only the names Tier A `security.company_env`
+//! allows: the lookup given here is already filtered by `ApiBuilder`). Reloaded when the active revision changes, by a
 //! background poll, after a write through this API, and on demand when a
 //! webhook arrives before any company is known. Each loaded secret is
 //! registered with `crewlet_telemetry::register_secret`, so no log line or

@@ -218,6 +218,28 @@ mod tests {
     }
 
     #[test]
+    fn the_inherited_base_carries_no_credential() {
+        // A stdio child sees only these of the engine's variables (the
+        // spawn clears the rest; `mcp_fake_server.rs` checks a real child).
+        for name in INHERITED_ENV {
+            let upper = name.to_ascii_uppercase();
+            for word in ["KEY", "TOKEN", "SECRET", "PASSWORD", "DSN", "AUTH", "CREWLET"] {
+                assert!(!upper.contains(word), "{name} could carry a credential");
+            }
+        }
+        for engine_secret in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "CREWLET_PROVIDERS__DATABASE__DSN",
+            "CREWLET_PROVIDERS__QUEUE__AUTH_TOKEN",
+            "LD_PRELOAD",
+            "NODE_OPTIONS",
+        ] {
+            assert!(!INHERITED_ENV.contains(&engine_secret), "{engine_secret}");
+        }
+    }
+
+    #[test]
     fn role_env_becomes_env_or_headers() {
         let mut role = BTreeMap::new();
         role.insert("TOKEN".to_string(), "role-token".to_string());
