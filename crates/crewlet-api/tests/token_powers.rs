@@ -271,30 +271,28 @@ async fn an_mcp_shell_is_refused_unless_tier_a_allows_the_program() {
 #[tokio::test]
 async fn variables_outside_the_allowlist_are_refused_by_name_and_path() {
     let s = serve(Security::default(), Some(BASE)).await;
-    let company = format!(
-        r#"name: Powers Co
+    let company = r#"name: Powers Co
 providers:
   llm:
     main:
       type: openai
       model: gpt-test
-      api_keys: ["${{OPENAI_API_KEY}}", "${{ACME_OPS_API_TOKEN}}"]
+      api_keys: ["${OPENAI_API_KEY}", "${ACME_OPS_API_TOKEN}"]
 mcp_servers:
   files:
     scope: per_role
     transport: http
-    url: "https://mcp.example.com/${{CREWLET_PROVIDERS__DATABASE__DSN}}"
+    url: "https://mcp.example.com/${CREWLET_PROVIDERS__DATABASE__DSN}"
     headers:
-      Authorization: "Bearer ${{CREWLET_PROVIDERS__QUEUE__AUTH_TOKEN}}"
+      Authorization: "Bearer ${CREWLET_PROVIDERS__QUEUE__AUTH_TOKEN}"
 roles:
   - name: CEO
     handle: ceo
     mcp_servers: [files]
     mcp_env:
-      TOKEN: "${{HOME}}"
-"#
-    );
-    let (status, body) = s.put_yaml(company).await;
+      TOKEN: "${HOME}"
+"#;
+    let (status, body) = s.put_yaml(company.into()).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"], "not_allowed");
     let found = problems(&body);
