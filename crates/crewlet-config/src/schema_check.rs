@@ -127,15 +127,16 @@ impl<'s> Walk<'s> {
             .unwrap_or_default();
         let mut out = Map::new();
         let mut complete = true;
-        let mut known: Option<Vec<&str>> = None;
+        let mut known: Option<KnownKeys> = None;
         for entry in entries {
             let p = path.key(&entry.key);
             let value_schema = match props.and_then(|props| props.get(&entry.key)) {
                 Some(s) => s,
                 None => match additional {
                     Some(Value::Bool(false)) => {
-                        let known = known.get_or_insert_with(|| known_keys(props));
-                        let message = unknown_key(&entry.key, known);
+                        let message = known
+                            .get_or_insert_with(|| KnownKeys::of(props))
+                            .unknown(&entry.key);
                         self.problems.push(TreeProblem {
                             path: p,
                             loc: entry.key_loc,
@@ -485,23 +486,32 @@ fn format_bounds(format: Option<&str>) -> (i128, i128) {
     }
 }
 
-/// The keys a map allows, for unknown-key messages.
-fn known_keys(props: Option<&Map<String, Value>>) -> Vec<&str> {
-    props
-        .map(|p| p.keys().map(String::as_str).collect())
-        .unwrap_or_default()
+/// The keys a map allows, worked out once per map for its unknown keys.
+struct KnownKeys<'s> {
+    keys: Vec<&'s str>,
+    /// The end of a message without a suggestion.
+    otherwise: String,
 }
 
-fn unknown_key(key: &str, known: &[&str]) -> String {
-    let mut message = format!("unknown key `{key}`");
-    if let Some(best) = closest(key, known) {
-        message.push_str(&format!("; did you mean `{best}`?"));
-    } else if !known.is_empty() {
-        message.push_str(&format!("; expected one of: {}", known.join(", ")));
-    } else {
-        message.push_str("; no keys are allowed here");
+impl<'s> KnownKeys<'s> {
+    fn of(props: Option<&'s Map<String, Value>>) -> Self {
+        let keys: Vec<&str> = props
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let otherwise = if keys.is_empty() {
+            "; no keys are allowed here".to_owned()
+        } else {
+            format!("; expected one of: {}", keys.join(", "))
+        };
+        Self { keys, otherwise }
     }
-    message
+
+    fn unknown(&self, key: &str) -> String {
+        match closest(key, &self.keys) {
+            Some(best) => format!("unknown key `{key}`; did you mean `{best}`?"),
+            None => format!("unknown key `{key}`{}", self.otherwise),
+        }
+    }
 }
 
 /// The candidate nearest to `word` when it is close enough to be a typo.
@@ -512,6 +522,7 @@ pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
     }
     let word: Vec<char> = word.to_lowercase().chars().collect();
     let mut lower: Vec<char> = Vec::new();
+    let mut rows: Vec<usize> = Vec::new();
     let mut best: Option<(usize, &'a str)> = None;
     for c in candidates {
         // Cheap ruling out first: the distance is at least the difference
@@ -523,7 +534,7 @@ pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
         lower.extend(c.chars().flat_map(char::to_lowercase));
         // The first candidate at the smallest distance wins, as with `min_by_key`.
         let bound = best.map_or(limit, |(d, _)| d.saturating_sub(1));
-        if let Some(d) = edit_distance(&word, &lower, bound)
+        if let Some(d) = edit_distance(&word, &lower, bound, &mut rows)
             && best.is_none_or(|(b, _)| d < b)
         {
             best = Some((d, c));
@@ -536,15 +547,21 @@ pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
 /// string alignment), so `prot` is one edit from `port`; `None` when it is
 /// above `limit`. Three rolling rows, and it stops as soon as every cell of
 /// a row is above the limit: checking a word against a long list is cheap.
-fn edit_distance(a: &[char], b: &[char], limit: usize) -> Option<usize> {
+/// `rows` is scratch space, reused between calls.
+fn edit_distance(a: &[char], b: &[char], limit: usize, rows: &mut Vec<usize>) -> Option<usize> {
     // The distance is at least the difference in length.
     if a.len().abs_diff(b.len()) > limit {
         return None;
     }
     let width = b.len() + 1;
-    let mut before: Vec<usize> = vec![0; width];
-    let mut prev: Vec<usize> = (0..width).collect();
-    let mut cur: Vec<usize> = vec![0; width];
+    rows.clear();
+    rows.resize(3 * width, 0);
+    let (before, rest) = rows.split_at_mut(width);
+    let (mut prev, mut cur) = rest.split_at_mut(width);
+    let mut before = before;
+    for (j, cell) in prev.iter_mut().enumerate() {
+        *cell = j;
+    }
     for i in 1..=a.len() {
         cur[0] = i;
         let mut row_min = i;
@@ -562,8 +579,11 @@ fn edit_distance(a: &[char], b: &[char], limit: usize) -> Option<usize> {
         if row_min > limit && prev.iter().min().is_some_and(|&m| m > limit) {
             return None;
         }
-        std::mem::swap(&mut before, &mut prev);
-        std::mem::swap(&mut prev, &mut cur);
+        // Rotate: the row before becomes the scratch for the next one.
+        let scratch = before;
+        before = prev;
+        prev = cur;
+        cur = scratch;
     }
     Some(prev[b.len()]).filter(|&d| d <= limit)
 }
@@ -826,7 +846,7 @@ mod tests {
     fn edit_distances() {
         let d = |a: &str, b: &str| {
             let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-            edit_distance(&a, &b, 10)
+            edit_distance(&a, &b, 10, &mut Vec::new())
         };
         assert_eq!(d("kitten", "sitting"), Some(3));
         assert_eq!(d("prot", "port"), Some(1));
@@ -835,6 +855,6 @@ mod tests {
         assert_eq!(d("ca", "abc"), Some(3));
         let a: Vec<char> = "abcdefgh".chars().collect();
         let b: Vec<char> = "zyxwvuts".chars().collect();
-        assert_eq!(edit_distance(&a, &b, 3), None);
+        assert_eq!(edit_distance(&a, &b, 3, &mut Vec::new()), None);
     }
 }

@@ -39,6 +39,8 @@ macro_rules! benches {
 benches! {
     /// Wall time of `crewlet validate` on a company file (release build).
     Validate => validate,
+    /// Wall time and peak RSS of validating huge generated company files (a 10,000-seat manager chain, 100,000 unknown keys).
+    ValidateScale => validate_scale,
     /// Event store inserts/s (buffered, per publish, raw COPY) and token-breakdown latency.
     Store => store,
     /// Queue publish->handler->ack events/s and publish latency (memory broker and Pulsar).
