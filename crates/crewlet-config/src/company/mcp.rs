@@ -16,13 +16,17 @@ pub struct McpServer {
     /// Who shares one running instance.
     #[serde(default)]
     pub scope: McpScope,
-    /// Program to start (`stdio` only).
+    /// Program to start (`stdio` only). It must be listed exactly in the
+    /// bootstrap file's `security.mcp_commands` (unless
+    /// `security.allow_any_mcp_command`); `env` may not set loader variables
+    /// such as `PATH`, `LD_PRELOAD` or `NODE_OPTIONS`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     /// Arguments for `command`.
     #[serde(default)]
     pub args: Vec<String>,
-    /// Environment for `command`; values may use `${VAR}`.
+    /// Environment for `command`; values may use `${VAR}` of the variables
+    /// the bootstrap's `security.company_env` allows.
     #[serde(default)]
     pub env: IndexMap<String, String>,
     /// Endpoint URL (`http` only).
