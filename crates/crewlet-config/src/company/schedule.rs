@@ -19,7 +19,9 @@ pub struct Schedule {
     /// What the seat is asked to do when the schedule fires.
     #[schemars(length(min = 1))]
     pub task: String,
-    /// IANA time zone the cron expression is read in, e.g. `Europe/Paris`.
+    /// Time zone the cron expression is read in: a tz database name
+    /// (`Europe/Paris`, `UTC`) or a fixed offset like `+02:00`, read exactly
+    /// as the scheduler reads it.
     #[serde(default = "default_timezone")]
     pub timezone: String,
     /// On a unit: who gets the task. On a role: ignored (the role itself).
