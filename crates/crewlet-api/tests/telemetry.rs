@@ -124,9 +124,15 @@ async fn every_delivery_is_a_trace_of_its_own_and_refusals_are_traced_too() {
     let (dispatch, guard, exporter) = telemetry();
     let _default = tracing::dispatcher::set_default(&dispatch);
     let h = Harness::start().await;
-    for delivery in ["d-a", "d-b"] {
+    // Two different bodies: one body under two ids would be a replay.
+    for (delivery, issue) in [("d-a", 1), ("d-b", 2)] {
         let r = h
-            .post_github("/webhooks/github", delivery, github_issue(1), GITHUB_SECRET)
+            .post_github(
+                "/webhooks/github",
+                delivery,
+                github_issue(issue),
+                GITHUB_SECRET,
+            )
             .await;
         assert_eq!(r.status(), 202);
     }

@@ -398,6 +398,16 @@ impl NotificationRouter {
             None => {
                 debug!(event_id = %event.id, delivery = %raw.notification.delivery_key, deferred = raw.dedupe_deferred,
                        "delivery already routed by this or another engine (a retry or a replay)");
+                // The API let it through only because its dedupe store was
+                // down: say where the copy went.
+                if raw.dedupe_deferred {
+                    self.record_skip(
+                        event,
+                        Some(&raw),
+                        "duplicate delivery (a retry or replay of one already routed)".into(),
+                    )
+                    .await;
+                }
                 self.handled.insert(event.id);
                 return Ok(None);
             }
@@ -746,6 +756,14 @@ units:
                 });
             }
             self.inner.claim_at(source, delivery_key, at).await
+        }
+        async fn is_claimed_at(
+            &self,
+            source: &str,
+            key: &str,
+            at: chrono::DateTime<Utc>,
+        ) -> Result<bool, crewlet_store::StoreError> {
+            self.inner.is_claimed_at(source, key, at).await
         }
         async fn release(&self, source: &str, key: &str) -> Result<(), crewlet_store::StoreError> {
             self.inner.release(source, key).await

@@ -21,6 +21,9 @@ pub mod services;
 #[cfg(feature = "postgres")]
 pub mod database;
 
+#[cfg(feature = "postgres")]
+pub mod outage;
+
 #[cfg(feature = "otlp")]
 pub mod otlp_receiver;
 

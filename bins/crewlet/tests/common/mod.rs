@@ -90,6 +90,14 @@ impl Proc {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// SIGKILL: the process dies at once, as in a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// SIGTERM, then waits for a clean exit.
     pub async fn stop(&mut self) -> Option<i32> {
         let child = self.child.as_mut()?;
@@ -320,11 +328,12 @@ impl SplitDeployment {
         let mcp_log = dir.join("mcp.jsonl");
         let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
         let config = format!(
-            "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar}\"\n    tenant: {tenant}\n    namespace: \"{ns}\"\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: 0\n",
+            "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar}\"\n    tenant: {tenant}\n    namespace: \"{ns}\"\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: 0\nsecurity:\n  mcp_commands: [\"{mcp}\"]\n",
             pulsar = o.pulsar_url,
             tenant = namespace.tenant,
             ns = namespace.name,
-            dsn = o.dsn
+            dsn = o.dsn,
+            mcp = fake_mcp.display(),
         );
         std::fs::write(dir.join("cfg.yaml"), config).unwrap_or_else(|e| panic!("{e}"));
         let company = format!(

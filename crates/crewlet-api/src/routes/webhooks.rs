@@ -301,6 +301,9 @@ async fn receive_delivery(
         )
         .retry_after(5));
     }
+    if let Some(keys) = &claimed {
+        confirm(&state, &source_name, keys).await;
+    }
     Ok(ok(
         source,
         WebhookAccepted {
@@ -317,31 +320,70 @@ async fn receive_delivery(
 enum Claim {
     /// Every key is new; these were claimed (released if the publish fails).
     New(Vec<String>),
-    /// A key was seen before: a retry of the delivery, or (`replay`) its
-    /// signed body resent under a fresh id.
+    /// A key was seen before and its delivery reached the queue: a retry
+    /// of the delivery, or (`replay`) its signed body resent under a fresh id.
     Duplicate { replay: bool },
-    /// The store is unavailable: the delivery is published anyway and the
-    /// engine's router, which holds it until the store is back, dedupes it
-    /// on the same keys. Refusing would lose it for senders that do not
-    /// retry (GitHub), and letting it through unmarked could run it twice.
+    /// The router decides: the store is unavailable, or a key was claimed
+    /// but its delivery never confirmed as published (the process that
+    /// claimed it crashed, or is still publishing). The delivery is
+    /// published marked `dedupe_deferred`; the engine's router, which holds
+    /// it until the store answers, dedupes it on the same keys. Refusing
+    /// would lose it for senders that do not retry (GitHub), and letting it
+    /// through unmarked could run it twice.
     Deferred,
+}
+
+/// The marker set once the delivery claimed as `key` is on the queue.
+fn published_marker(key: &str) -> String {
+    format!("{key}#published")
 }
 
 /// Claims every key of a delivery (its id first, then its replay key).
 async fn claim(state: &ApiState, source: &str, keys: &[String]) -> Claim {
     let inner = state.inner();
+    let webhooks = &inner.stores.webhooks;
     let mut claimed = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
-        match inner.stores.webhooks.claim(source, key).await {
-            Ok(true) => claimed.push(key.clone()),
-            Ok(false) => return Claim::Duplicate { replay: i > 0 },
+        let seen = match webhooks.claim(source, key).await {
+            Ok(true) => {
+                claimed.push(key.clone());
+                continue;
+            }
+            Ok(false) => webhooks.is_claimed(source, &published_marker(key)).await,
+            Err(e) => Err(e),
+        };
+        return match seen {
+            Ok(true) => Claim::Duplicate { replay: i > 0 },
+            Ok(false) => {
+                debug!(
+                    source,
+                    "delivery claimed before but never confirmed published; the router decides"
+                );
+                Claim::Deferred
+            }
             Err(e) => {
                 warn!(source, error = %e, "webhook dedupe unavailable; publishing the delivery for the router to dedupe once the store is back");
-                return Claim::Deferred;
+                Claim::Deferred
             }
-        }
+        };
     }
     Claim::New(claimed)
+}
+
+/// Marks the claimed keys as published (best effort: without the marker a
+/// retry is published again and deduped by the router).
+async fn confirm(state: &ApiState, source: &str, keys: &[String]) {
+    for key in keys {
+        if let Err(e) = state
+            .inner()
+            .stores
+            .webhooks
+            .claim(source, &published_marker(key))
+            .await
+        {
+            debug!(source, error = %e, "cannot mark the delivery published; a retry goes to the router");
+        }
+    }
 }
 
 fn to_event(

@@ -26,6 +26,21 @@ pub trait WebhookDeliveries: Send + Sync {
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
+    /// Whether `delivery_key` was claimed within [`DUPLICATE_WINDOW`] before
+    /// `at`, without claiming it (e.g. a "published" marker set only once
+    /// the claimed delivery reached the queue).
+    async fn is_claimed_at(
+        &self,
+        source: &str,
+        delivery_key: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// [`is_claimed_at`](Self::is_claimed_at) now.
+    async fn is_claimed(&self, source: &str, delivery_key: &str) -> Result<bool, StoreError> {
+        self.is_claimed_at(source, delivery_key, Utc::now()).await
+    }
+
     /// Gives a claim back, so the sender's retry is accepted: used when a
     /// claimed delivery could not be published. Releasing an unknown key is a no-op.
     async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError>;
@@ -72,6 +87,18 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
                 Ok(true)
             }
         }
+    }
+
+    async fn is_claimed_at(
+        &self,
+        source: &str,
+        delivery_key: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(seen
+            .get(&(source.to_owned(), delivery_key.to_owned()))
+            .is_some_and(|last| *last > at - DUPLICATE_WINDOW))
     }
 
     async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError> {
@@ -123,6 +150,26 @@ impl WebhookDeliveries for PostgresWebhookDeliveries {
             .await
             .map_err(query_err(format!(
                 "claiming webhook delivery `{source}`/`{delivery_key}`"
+            )))?;
+        Ok(row.is_some())
+    }
+
+    async fn is_claimed_at(
+        &self,
+        source: &str,
+        delivery_key: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let client = self.db.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM webhook_deliveries
+                 WHERE source = $1 AND delivery_key = $2 AND seen_at > $3",
+                &[&source, &delivery_key, &(at - DUPLICATE_WINDOW)],
+            )
+            .await
+            .map_err(query_err(format!(
+                "looking up webhook delivery `{source}`/`{delivery_key}`"
             )))?;
         Ok(row.is_some())
     }

@@ -90,6 +90,7 @@ macro_rules! webhook_deliveries_conformance {
                 first_claim_wins_and_a_repeat_within_five_minutes_is_a_duplicate,
                 a_repeat_after_the_window_is_claimable_again,
                 a_released_claim_lets_the_retry_through,
+                is_claimed_looks_without_claiming,
                 gc_removes_old_claims_and_the_key_is_claimable_again,
                 concurrent_claims_of_one_delivery_let_exactly_one_win,
             ]

@@ -29,6 +29,29 @@ pub async fn first_claim_wins_and_a_repeat_within_five_minutes_is_a_duplicate(
     assert!(!ok(repo.claim("github", "d-2").await, "claim now"));
 }
 
+pub async fn is_claimed_looks_without_claiming(repo: Arc<dyn WebhookDeliveries>) {
+    let t = Utc::now();
+    assert!(!ok(repo.is_claimed_at("github", "l-1", t).await, "look"));
+    // Looking claims nothing: the first claim still wins.
+    assert!(ok(repo.claim_at("github", "l-1", t).await, "claim"));
+    assert!(ok(repo.is_claimed_at("github", "l-1", t).await, "look"));
+    assert!(!ok(
+        repo.is_claimed_at("gitlab", "l-1", t).await,
+        "other source"
+    ));
+    // Out of the window it no longer counts.
+    let later = t + chrono::Duration::minutes(6);
+    assert!(!ok(
+        repo.is_claimed_at("github", "l-1", later).await,
+        "look later"
+    ));
+    ok(repo.release("github", "l-1").await, "release");
+    assert!(!ok(
+        repo.is_claimed_at("github", "l-1", t).await,
+        "look after release"
+    ));
+}
+
 pub async fn a_released_claim_lets_the_retry_through(repo: Arc<dyn WebhookDeliveries>) {
     let t = Utc::now();
     assert!(ok(repo.claim_at("github", "r-1", t).await, "claim"));
