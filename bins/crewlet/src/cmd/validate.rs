@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use crewlet_config::{
-    Bootstrap, Checked, Company, Organization, Problem, QueueKind, SeatKind, Tier, check_file,
+    Bootstrap, Checked, Company, Organization, Problem, QueueKind, SeatKind, Tier, check_bytes,
 };
 
 #[derive(Debug, clap::Args)]
@@ -37,14 +37,14 @@ pub enum TierArg {
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let source = args.file.display().to_string();
-    let text =
-        std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {source}"))?;
+    // Bytes, not text: a file that is not UTF-8 is a located problem (exit 1).
+    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {source}"))?;
     let tier = match args.tier {
         TierArg::Company => Some(Tier::Company),
         TierArg::Bootstrap => Some(Tier::Bootstrap),
         TierArg::Auto => None,
     };
-    let checked = check_file(&source, &text, tier);
+    let checked = check_bytes(&source, &bytes, tier);
     let problems = checked.problems();
     let mut out = String::new();
     if args.json {
