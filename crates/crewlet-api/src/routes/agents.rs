@@ -111,7 +111,7 @@ fn view(state: &ApiState) -> HttpResult<Arc<dyn EngineView>> {
     responses(
         (status = 200, body = AgentList),
         (status = 401, body = ErrorBody),
-        (status = 503, description = "no company yet", body = ErrorBody)),
+        (status = 503, description = "no company yet (Retry-After: 15)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn agents(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<AgentList>> {
     let view = view(&state)?;
@@ -127,8 +127,9 @@ pub async fn agents(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<
     params(("id" = String, Path, description = "agent id (uuid) or handle")),
     responses(
         (status = 200, body = AgentView),
+        (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+        (status = 503, description = "no company yet (Retry-After: 15)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn agent(
     _: ReadAccess,
@@ -144,7 +145,12 @@ pub async fn agent(
 /// Tools of every seat, or of one (`?handle=`). Known only inside the engine
 /// process: the standalone API answers an empty list with `live: false`.
 #[utoipa::path(get, path = "/tools", tag = "org", params(ToolsParams),
-    responses((status = 200, body = ToolList), (status = 503, body = ErrorBody)),
+    responses(
+        (status = 200, body = ToolList),
+        (status = 400, description = "a bad query string", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "no seat with that handle", body = ErrorBody),
+        (status = 503, description = "no company yet (Retry-After: 15)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn tools(
     _: ReadAccess,
@@ -167,7 +173,10 @@ pub async fn tools(
 
 /// The org chart: units (nested), leads, seats and managers.
 #[utoipa::path(get, path = "/org", tag = "org",
-    responses((status = 200, body = OrgView), (status = 503, body = ErrorBody)),
+    responses(
+        (status = 200, body = OrgView),
+        (status = 401, body = ErrorBody),
+        (status = 503, description = "no company yet (Retry-After: 15)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn org(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<OrgView>> {
     let view = view(&state)?;

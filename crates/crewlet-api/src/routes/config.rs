@@ -82,7 +82,8 @@ pub struct RevisionList {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RevisionsParams {
-    /// How many, newest first (default 50, at most 500).
+    /// How many, newest first (default 50); any other value is cut to 1..=500.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_u32)]
     pub limit: Option<u32>,
 }
 
@@ -323,8 +324,8 @@ pub async fn get_config(
     request_body(description = "the company, YAML or JSON", content(
         (String = "application/yaml"), (Object = "application/json"))),
     params(
-        ("If-Match" = Option<String>, Header, description = "the revision the edit is based on"),
-        ("X-Summary" = Option<String>, Header, description = "what changed")),
+        ("If-Match" = Option<String>, Header, nullable = false, pattern = r#"^ *(\*|(W/)?"?[0-9]{1,18}"?) *$"#, description = "the revision the edit is based on: `3`, `\"3\"`, `W/\"3\"` or `*`"),
+        ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed")),
     responses(
         (status = 200, description = "stored and active", body = RevisionSummary),
         (status = 400, description = "bad YAML or an invalid company (`invalid_config`), or one the `security` block refuses (`not_allowed`): every problem with path and line", body = ErrorBody),
@@ -398,7 +399,9 @@ pub async fn put_config(
 
 /// Revisions, newest first, without their payloads.
 #[utoipa::path(get, path = "/config/revisions", tag = "config", params(RevisionsParams),
-    responses((status = 200, body = RevisionList), (status = 401, body = ErrorBody),
+    responses((status = 200, body = RevisionList),
+        (status = 400, description = "`limit` is not a number", body = ErrorBody),
+        (status = 401, body = ErrorBody),
         (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn revisions(
@@ -419,8 +422,8 @@ pub async fn revisions(
 #[utoipa::path(post, path = "/config/revisions/{id}/activate", tag = "config",
     params(
         ("id" = i64, Path, description = "the revision to go back to"),
-        ("If-Match" = Option<String>, Header, description = "the revision the revert is based on"),
-        ("X-Summary" = Option<String>, Header, description = "why")),
+        ("If-Match" = Option<String>, Header, nullable = false, pattern = r#"^ *(\*|(W/)?"?[0-9]{1,18}"?) *$"#, description = "the revision the revert is based on: `3`, `\"3\"`, `W/\"3\"` or `*`"),
+        ("X-Summary" = Option<String>, Header, nullable = false, description = "why")),
     responses(
         (status = 200, description = "the new active revision", body = RevisionSummary),
         (status = 400, description = "the old revision is not valid any more, or the `security` block refuses it", body = ErrorBody),

@@ -8,7 +8,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use chrono::{DateTime, Utc};
 use crewlet_core::{Category, Event, EventType, TraceId};
-use crewlet_store::{BudgetRow, EventPage, EventQuery, TokenBreakdown, UsageRow};
+use crewlet_store::{BudgetRow, Cursor, EventPage, EventQuery, TokenBreakdown, UsageRow};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -35,13 +35,20 @@ pub struct EventSchema {
     pub task_id: Option<String>,
     pub channel_id: Option<String>,
     pub sender: Option<String>,
-    /// 32 hex digits.
+    /// 32 lower-case hex digits.
+    #[schema(pattern = r"^[0-9a-f]{32}$")]
     pub trace_id: Option<String>,
-    /// 16 hex digits.
+    /// 16 lower-case hex digits.
+    #[schema(pattern = r"^[0-9a-f]{16}$")]
     pub span_id: Option<String>,
+    #[schema(pattern = r"^[0-9a-f]{16}$")]
     pub parent_span_id: Option<String>,
     pub delegation_depth: u32,
+    /// Omitted when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// Omitted when null.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     #[schema(value_type = Object)]
     pub payload: serde_json::Value,
 }
@@ -87,12 +94,16 @@ pub struct EventsParams {
     pub agent_id: Option<String>,
     pub task_id: Option<String>,
     /// Inclusive lower bound, RFC 3339.
+    #[param(format = DateTime)]
     pub since: Option<String>,
     /// Exclusive upper bound, RFC 3339.
+    #[param(format = DateTime)]
     pub until: Option<String>,
-    /// Page size: default 50, at most 500.
+    /// Page size: default 50, 1 to 500.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
-    /// The `next` of the previous page.
+    /// The `next` of the previous page: `{unix micros}_{event id, 32 hex digits}`.
+    #[param(pattern = r"^-?[0-9]{1,16}_[0-9a-f]{32}$")]
     pub cursor: Option<String>,
 }
 
@@ -100,6 +111,7 @@ pub struct EventsParams {
 #[into_params(parameter_in = Query)]
 pub struct BreakdownParams {
     /// Window in days, 1..=30 (default 1).
+    #[param(minimum = 1, maximum = 30)]
     pub since_days: Option<u32>,
 }
 
@@ -115,9 +127,48 @@ fn time(name: &str, value: Option<&str>) -> HttpResult<Option<DateTime<Utc>>> {
         .transpose()
 }
 
+/// The largest `limit` (the store's page size cap).
+const MAX_PAGE_SIZE: u32 = 500;
+
+/// `limit`: 1..=500, else 400.
+fn page_size(limit: Option<u32>) -> HttpResult<Option<u32>> {
+    match limit {
+        Some(n) if !(1..=MAX_PAGE_SIZE).contains(&n) => Err(HttpError::bad_request(format!(
+            "`limit` {n} is not between 1 and {MAX_PAGE_SIZE}"
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// `cursor`: exactly the shape a page's `next` has (`{micros}_{32 hex}`),
+/// with micros of at most 16 digits, so every cursor the document allows
+/// is in range.
+fn cursor(value: Option<&str>) -> HttpResult<Option<Cursor>> {
+    let Some(v) = value else { return Ok(None) };
+    let bad = || {
+        HttpError::bad_request(format!(
+            "`cursor` `{v}` is not a page's `next` (`{{unix micros}}_{{32 hex digits}}`)"
+        ))
+    };
+    let (micros, id) = v.split_once('_').ok_or_else(bad)?;
+    let digits = micros.strip_prefix('-').unwrap_or(micros);
+    let shaped = (1..=16).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !shaped {
+        return Err(bad());
+    }
+    v.parse().map(Some).map_err(|_| bad())
+}
+
 /// Stored events, newest first, filtered, keyset-paged.
 #[utoipa::path(get, path = "/events", tag = "events", params(EventsParams),
-    responses((status = 200, body = EventPageSchema), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = EventPageSchema),
+        (status = 400, description = "a bad filter, limit or cursor", body = ErrorBody),
+        (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn events(
     _: ReadAccess,
@@ -132,21 +183,19 @@ pub async fn events(
         task_id: p.task_id,
         since: time("since", p.since.as_deref())?,
         until: time("until", p.until.as_deref())?,
-        limit: p.limit,
-        after: p
-            .cursor
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(HttpError::from)?,
+        limit: page_size(p.limit)?,
+        after: cursor(p.cursor.as_deref())?,
     };
     Ok(Json(state.inner().stores.events.recent(&query).await?))
 }
 
 /// One stored event.
 #[utoipa::path(get, path = "/events/{id}", tag = "events",
-    params(("id" = String, Path, description = "event id (uuid)")),
-    responses((status = 200, body = EventSchema), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("id" = String, Path, format = Uuid, description = "event id (uuid)")),
+    responses((status = 200, body = EventSchema),
+        (status = 400, description = "not a uuid", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn event(
     _: ReadAccess,
@@ -167,8 +216,11 @@ pub async fn event(
 
 /// Every stored event of one trace, oldest first (at most 500).
 #[utoipa::path(get, path = "/events/trace/{trace_id}", tag = "events",
-    params(("trace_id" = String, Path, description = "W3C trace id, 32 hex digits")),
-    responses((status = 200, body = TraceEvents), (status = 400, body = ErrorBody)),
+    params(("trace_id" = String, Path, pattern = r"^(?!0{32})[0-9a-f]{32}$",
+        description = "W3C trace id: 32 lower-case hex digits, not all zero")),
+    responses((status = 200, body = TraceEvents),
+        (status = 400, description = "not a trace id", body = ErrorBody),
+        (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn trace(
     _: ReadAccess,
@@ -188,7 +240,9 @@ pub async fn trace(
 /// Where the tokens went over the last `since_days` days: by phase, model,
 /// auxiliary worker, agent and turn.
 #[utoipa::path(get, path = "/tokens/breakdown", tag = "tokens", params(BreakdownParams),
-    responses((status = 200, description = "the rollup", body = Object), (status = 400, body = ErrorBody)),
+    responses((status = 200, description = "the rollup", body = Object),
+        (status = 400, description = "`since_days` is not 1..=30", body = ErrorBody),
+        (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn token_breakdown(
     _: ReadAccess,
@@ -204,7 +258,7 @@ pub async fn token_breakdown(
 
 /// Token budgets (org and per agent) and lifetime usage.
 #[utoipa::path(get, path = "/budgets", tag = "tokens",
-    responses((status = 200, body = Budgets)),
+    responses((status = 200, body = Budgets), (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn budgets(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<Budgets>> {
     let ledger = &state.inner().stores.ledger;
