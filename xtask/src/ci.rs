@@ -1,6 +1,8 @@
 //! `cargo xtask ci`: the checks CI runs, in order, stopping at the first
 //! failure. The test step ends with one summary line over the whole
-//! workspace and the slowest test binaries (see [`crate::test_report`]).
+//! workspace and the slowest test binaries (see [`crate::test_report`]);
+//! the last step runs schemathesis against the served OpenAPI document
+//! (see [`crate::schemathesis`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -38,15 +40,11 @@ const SLOWEST: usize = 10;
 pub fn run() -> Result<()> {
     let root = workspace_root();
     let all = Instant::now();
+    let total = STEPS.len() + 1;
     for (i, (name, args)) in STEPS.iter().enumerate() {
         let mut cargo = cmd::cargo();
         cargo.current_dir(&root).args(*args);
-        println!(
-            "==> [{}/{}] {name}: {}",
-            i + 1,
-            STEPS.len(),
-            cmd::describe(&cargo)
-        );
+        println!("==> [{}/{total}] {name}: {}", i + 1, cmd::describe(&cargo));
         let started = Instant::now();
         let ok = if *name == "tests" {
             run_tests(cargo)?
@@ -60,8 +58,18 @@ pub fn run() -> Result<()> {
         println!("==> {name}: ok ({secs:.0} s)");
     }
     println!(
-        "==> ci: all {} steps passed in {:.0} s",
-        STEPS.len(),
+        "==> [{total}/{total}] schemathesis {}: the served /openapi.json against the embedded default",
+        crate::schemathesis::VERSION
+    );
+    let started = Instant::now();
+    let checked = crate::schemathesis::run();
+    let secs = started.elapsed().as_secs_f64();
+    if let Err(e) = checked {
+        bail!("ci: step `schemathesis` failed after {secs:.0} s: {e:#}");
+    }
+    println!("==> schemathesis: ok ({secs:.0} s)");
+    println!(
+        "==> ci: all {total} steps passed in {:.0} s",
         all.elapsed().as_secs_f64()
     );
     Ok(())

@@ -9,6 +9,7 @@ pub mod ci;
 pub mod cmd;
 pub mod http;
 pub mod schema;
+pub mod schemathesis;
 pub mod services;
 pub mod test_report;
 

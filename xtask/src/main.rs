@@ -28,6 +28,8 @@ enum Command {
         #[arg(long)]
         no_services: bool,
     },
+    /// Run schemathesis against the served OpenAPI document (the last step of `ci`).
+    Schemathesis,
     /// Regenerate docs/schema/*.schema.json from the `crewlet schema` command.
     Schema(xtask::schema::Args),
     /// Run a benchmark and print its figures.
@@ -48,6 +50,7 @@ fn main() -> anyhow::Result<()> {
             }
             xtask::ci::run()
         }
+        Command::Schemathesis => xtask::schemathesis::run(),
         Command::Schema(args) => xtask::schema::run(&args),
         Command::Bench { bench } => bench.run(),
     }
