@@ -94,9 +94,14 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let mut out = Vec::new();
     providers(company, org, &mut out);
     mcp_servers(company, &mut out);
+    // Once, not once per seat: a big company with many providers stays linear.
+    let defined = Names {
+        llm: company.providers.llm.keys().map(String::as_str).collect(),
+        mcp: company.mcp_servers.keys().map(String::as_str).collect(),
+    };
     for seat in org.seats() {
         let at = YamlPath::parse(&seat.yaml_path).unwrap_or_default();
-        role(company, &seat.role, &at, &mut out);
+        role(company, &defined, &seat.role, &at, &mut out);
     }
     let configs = units_preorder(&company.units);
     for (unit, config) in org.units().iter().zip(configs) {
@@ -258,17 +263,27 @@ fn mcp_servers(company: &Company, out: &mut Vec<Finding>) {
     }
 }
 
-fn role(company: &Company, role: &Role, at: &YamlPath, out: &mut Vec<Finding>) {
-    let defined: Vec<&str> = company.providers.llm.keys().map(String::as_str).collect();
+/// The names sections define, for messages that list them.
+struct Names<'c> {
+    llm: Vec<&'c str>,
+    mcp: Vec<&'c str>,
+}
+
+fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mut Vec<Finding>) {
+    let llm_names = &defined.llm;
+    let known = |name: &str| company.providers.llm.contains_key(name);
     let check_choice = |choice: &LlmChoice, cat: YamlPath, out: &mut Vec<Finding>| match choice {
-        LlmChoice::One(name) => llm_ref(name, &defined, cat, out),
+        LlmChoice::One(name) if known(name) => {}
+        LlmChoice::One(name) => llm_ref(name, llm_names, cat, out),
         LlmChoice::Chain(names) if names.is_empty() => out.push(Finding::new(
             cat,
             "a fallback chain needs at least one provider",
         )),
         LlmChoice::Chain(names) => {
             for (i, name) in names.iter().enumerate() {
-                llm_ref(name, &defined, cat.index(i), out);
+                if !known(name) {
+                    llm_ref(name, llm_names, cat.index(i), out);
+                }
             }
         }
     };
@@ -325,12 +340,11 @@ fn role(company: &Company, role: &Role, at: &YamlPath, out: &mut Vec<Finding>) {
         let sat = at.key("mcp_servers").index(i);
         match company.mcp_servers.get(server) {
             None => {
-                let known: Vec<&str> = company.mcp_servers.keys().map(String::as_str).collect();
                 out.push(Finding::new(
                     sat,
                     format!(
                         "MCP server `{server}` is not defined in mcp_servers{}",
-                        defined_list(&known)
+                        defined_list(&defined.mcp)
                     ),
                 ));
             }
