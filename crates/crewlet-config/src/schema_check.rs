@@ -10,6 +10,8 @@
 
 use serde_json::{Map, Number, Value};
 
+use crate::numbers::{Int, format_bounds, parse_float, parse_int};
+use crate::suggest::closest;
 use crate::yaml::{Node, NodeKind, Scalar, TreeProblem, YamlPath};
 
 pub(crate) struct Walk<'s> {
@@ -470,22 +472,6 @@ fn show_value(v: &Value) -> String {
     }
 }
 
-/// The range of the Rust integer type behind a schemars `format`; any
-/// integer JSON can carry (i64 or u64) when there is none.
-fn format_bounds(format: Option<&str>) -> (i128, i128) {
-    match format {
-        Some("uint8") => (0, u8::MAX.into()),
-        Some("uint16") => (0, u16::MAX.into()),
-        Some("uint32") => (0, u32::MAX.into()),
-        Some("uint64" | "uint") => (0, u64::MAX.into()),
-        Some("int8") => (i8::MIN.into(), i8::MAX.into()),
-        Some("int16") => (i16::MIN.into(), i16::MAX.into()),
-        Some("int32") => (i32::MIN.into(), i32::MAX.into()),
-        Some("int64" | "int") => (i64::MIN.into(), i64::MAX.into()),
-        _ => (i64::MIN.into(), u64::MAX.into()),
-    }
-}
-
 /// The keys a map allows, worked out once per map for its unknown keys.
 struct KnownKeys<'s> {
     keys: Vec<&'s str>,
@@ -512,158 +498,6 @@ impl<'s> KnownKeys<'s> {
             None => format!("unknown key `{key}`{}", self.otherwise),
         }
     }
-}
-
-/// The candidate nearest to `word` when it is close enough to be a typo.
-pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).min(3);
-    if limit == 0 {
-        return None;
-    }
-    let word: Vec<char> = word.to_lowercase().chars().collect();
-    let mut lower: Vec<char> = Vec::new();
-    let mut rows: Vec<usize> = Vec::new();
-    let mut best: Option<(usize, &'a str)> = None;
-    for c in candidates {
-        // Cheap ruling out first: the distance is at least the difference
-        // in length (exact for ASCII, where lower case keeps the length).
-        if c.is_ascii() && c.len().abs_diff(word.len()) > limit {
-            continue;
-        }
-        lower.clear();
-        lower.extend(c.chars().flat_map(char::to_lowercase));
-        // The first candidate at the smallest distance wins, as with `min_by_key`.
-        let bound = best.map_or(limit, |(d, _)| d.saturating_sub(1));
-        if let Some(d) = edit_distance(&word, &lower, bound, &mut rows)
-            && best.is_none_or(|(b, _)| d < b)
-        {
-            best = Some((d, c));
-        }
-    }
-    best.map(|(_, c)| c)
-}
-
-/// Edit distance counting a swap of two neighbours as one edit (optimal
-/// string alignment), so `prot` is one edit from `port`; `None` when it is
-/// above `limit`. Three rolling rows, and it stops as soon as every cell of
-/// a row is above the limit: checking a word against a long list is cheap.
-/// `rows` is scratch space, reused between calls.
-fn edit_distance(a: &[char], b: &[char], limit: usize, rows: &mut Vec<usize>) -> Option<usize> {
-    // The distance is at least the difference in length.
-    if a.len().abs_diff(b.len()) > limit {
-        return None;
-    }
-    let width = b.len() + 1;
-    rows.clear();
-    rows.resize(3 * width, 0);
-    let (before, rest) = rows.split_at_mut(width);
-    let (mut prev, mut cur) = rest.split_at_mut(width);
-    let mut before = before;
-    for (j, cell) in prev.iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        cur[0] = i;
-        let mut row_min = i;
-        for j in 1..width {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(before[j - 2] + 1);
-            }
-            cur[j] = d;
-            row_min = row_min.min(d);
-        }
-        // A cell only grows from the rows above it (a swap reaches back two
-        // rows, so both must be over the limit).
-        if row_min > limit && prev.iter().min().is_some_and(|&m| m > limit) {
-            return None;
-        }
-        // Rotate: the row before becomes the scratch for the next one.
-        let scratch = before;
-        before = prev;
-        prev = cur;
-        cur = scratch;
-    }
-    Some(prev[b.len()]).filter(|&d| d <= limit)
-}
-
-/// A whole number as written: its value, saturated at the ends of `i128`
-/// for longer digit strings (which are out of every field's range anyway).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Int {
-    value: i128,
-    saturated: bool,
-}
-
-impl std::fmt::Display for Int {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.saturated, self.value > 0) {
-            (false, _) => write!(f, "{}", self.value),
-            (true, true) => f.write_str("a number beyond 2^127"),
-            (true, false) => f.write_str("a number below -2^127"),
-        }
-    }
-}
-
-/// YAML 1.2 core-schema integers, plus `_` digit separators.
-fn parse_int(text: &str) -> Option<Int> {
-    let (neg, digits) = match text.as_bytes().first()? {
-        b'-' => (true, &text[1..]),
-        b'+' => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let (radix, digits) = if let Some(hex) = digits.strip_prefix("0x") {
-        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        (16, hex.to_owned())
-    } else if let Some(oct) = digits.strip_prefix("0o") {
-        if oct.is_empty() || !oct.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-            return None;
-        }
-        (8, oct.to_owned())
-    } else {
-        if digits.is_empty()
-            || digits.starts_with('_')
-            || digits.ends_with('_')
-            || !digits.bytes().all(|b| b.is_ascii_digit() || b == b'_')
-        {
-            return None;
-        }
-        (10, digits.replace('_', ""))
-    };
-    // The sign is parsed with the digits so that -2^127 itself fits.
-    let signed = if neg { format!("-{digits}") } else { digits };
-    match i128::from_str_radix(&signed, radix) {
-        Ok(value) => Some(Int {
-            value,
-            saturated: false,
-        }),
-        Err(e) => match e.kind() {
-            std::num::IntErrorKind::PosOverflow => Some(Int {
-                value: i128::MAX,
-                saturated: true,
-            }),
-            std::num::IntErrorKind::NegOverflow => Some(Int {
-                value: i128::MIN,
-                saturated: true,
-            }),
-            _ => None,
-        },
-    }
-}
-
-/// YAML 1.2 core-schema floats, without infinities and NaN (no setting wants them).
-fn parse_float(text: &str) -> Option<f64> {
-    let ok = text.bytes().any(|b| b.is_ascii_digit())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
-    if !ok {
-        return None;
-    }
-    text.parse().ok().filter(|f: &f64| f.is_finite())
 }
 
 fn scalar_any(s: &Scalar) -> Value {
@@ -810,51 +644,5 @@ mod tests {
             problems.is_empty(),
             "a plain 3 is also a string: {problems:?}"
         );
-    }
-
-    #[test]
-    fn numbers_parse_like_yaml() {
-        let int = |t: &str| parse_int(t).filter(|n| !n.saturated).map(|n| n.value);
-        assert_eq!(int("1_000"), Some(1000));
-        assert_eq!(int("-0o17"), Some(-15));
-        assert_eq!(int("0x1F"), Some(31));
-        assert_eq!(int("18446744073709551616"), Some(1 << 64));
-        assert_eq!(parse_int("1.0"), None);
-        assert_eq!(parse_int("_1"), None);
-        assert_eq!(parse_int("0x-1"), None);
-        assert!(parse_int(&"9".repeat(60)).is_some_and(|n| n.saturated));
-        assert_eq!(parse_float("1e3"), Some(1000.0));
-        assert_eq!(parse_float("inf"), None);
-        assert_eq!(parse_float("nan"), None);
-    }
-
-    #[test]
-    fn typos_get_suggestions() {
-        assert_eq!(closest("handel", &["handle", "name"]), Some("handle"));
-        assert_eq!(closest("zzz", &["handle", "name"]), None);
-        assert_eq!(closest("prot", &["host", "port"]), Some("port"));
-        assert_eq!(
-            closest("Europe/Pariss", &["Europe/Prague", "Europe/Paris"]),
-            Some("Europe/Paris")
-        );
-        // Ties go to the first candidate.
-        assert_eq!(closest("nam", &["nap", "nab"]), Some("nap"));
-        assert_eq!(closest("handles", &["handle", "handled"]), Some("handle"));
-    }
-
-    #[test]
-    fn edit_distances() {
-        let d = |a: &str, b: &str| {
-            let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-            edit_distance(&a, &b, 10, &mut Vec::new())
-        };
-        assert_eq!(d("kitten", "sitting"), Some(3));
-        assert_eq!(d("prot", "port"), Some(1));
-        assert_eq!(d("", "abc"), Some(3));
-        assert_eq!(d("abc", "abc"), Some(0));
-        assert_eq!(d("ca", "abc"), Some(3));
-        let a: Vec<char> = "abcdefgh".chars().collect();
-        let b: Vec<char> = "zyxwvuts".chars().collect();
-        assert_eq!(edit_distance(&a, &b, 3, &mut Vec::new()), None);
     }
 }

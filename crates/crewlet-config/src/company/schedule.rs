@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::schema_check::closest;
+use crate::suggest::closest;
 use crate::zone::Zone;
 
 /// A task fired on a cron schedule, at most once per fire time.

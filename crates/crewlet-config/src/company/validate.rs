@@ -367,7 +367,7 @@ fn llm_ref(name: &str, defined: &[&str], at: YamlPath, out: &mut Vec<Finding>) {
             "LLM provider `{name}` is not defined in providers.llm{}",
             defined_list(defined)
         );
-        if let Some(best) = crate::schema_check::closest(name, defined) {
+        if let Some(best) = crate::suggest::closest(name, defined) {
             message = format!("{message}; did you mean `{best}`?");
         }
         out.push(Finding::new(at, message));
