@@ -32,7 +32,11 @@ pub fn run() -> Result<()> {
     let st = install(&cache)?;
 
     let mut build = cmd::cargo();
-    build.current_dir(&root).args(["build", "-p", "crewlet"]);
+    // The features of the tests step (`--workspace --all-features`), so the
+    // binary that step built is reused instead of rebuilt.
+    build
+        .current_dir(&root)
+        .args(["build", "--workspace", "--all-features", "--bin", "crewlet"]);
     cmd::run(&mut build)?;
     let crewlet = target.join("debug").join("crewlet");
 

@@ -43,6 +43,19 @@ pub struct ApiLimits {
     pub fd_reserve: usize,
 }
 
+impl ApiLimits {
+    /// The defaults with the listener limits of `api.connections`.
+    pub fn from_config(config: &ApiConfig) -> Self {
+        let c = &config.connections;
+        Self {
+            header_read_timeout: Duration::from_secs(c.header_read_timeout_seconds.max(1)),
+            idle_timeout: Duration::from_secs(c.idle_timeout_seconds.max(1)),
+            max_connections: usize::try_from(c.max_connections.max(1)).unwrap_or(usize::MAX),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for ApiLimits {
     fn default() -> Self {
         Self {
@@ -161,6 +174,7 @@ impl ApiBuilder {
         queue: Arc<dyn EventQueue>,
         stores: impl Into<ApiStores>,
     ) -> Self {
+        let limits = ApiLimits::from_config(&config);
         Self {
             config,
             queue,
@@ -168,7 +182,7 @@ impl ApiBuilder {
             engine: None,
             env: Arc::new(process_env),
             security: Security::default(),
-            limits: ApiLimits::default(),
+            limits,
         }
     }
 
@@ -229,5 +243,28 @@ impl ApiBuilder {
         }));
         state.reload_company().await;
         crate::Api::new(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listener_limits_come_from_api_connections() {
+        let yaml = "connections:\n  header_read_timeout_seconds: 3\n  idle_timeout_seconds: 7\n  max_connections: 50\n";
+        let config: ApiConfig = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        let limits = ApiLimits::from_config(&config);
+        assert_eq!(limits.header_read_timeout, Duration::from_secs(3));
+        assert_eq!(limits.idle_timeout, Duration::from_secs(7));
+        assert_eq!(limits.max_connections, 50);
+        // Everything else keeps its default.
+        assert_eq!(
+            limits.webhook_body_limit,
+            ApiLimits::default().webhook_body_limit
+        );
+        let defaults = ApiLimits::from_config(&ApiConfig::default());
+        assert_eq!(defaults.max_connections, 1000);
+        assert_eq!(defaults.header_read_timeout, Duration::from_secs(10));
     }
 }

@@ -173,6 +173,9 @@ pub struct ApiConfig {
     /// Who may call the API.
     #[serde(default)]
     pub auth: ApiAuth,
+    /// How the listener defends itself against slow and idle clients.
+    #[serde(default)]
+    pub connections: ApiConnections,
 }
 
 impl Default for ApiConfig {
@@ -181,8 +184,51 @@ impl Default for ApiConfig {
             host: default_host(),
             port: 0,
             auth: ApiAuth::default(),
+            connections: ApiConnections::default(),
         }
     }
+}
+
+/// Limits of the HTTP listener (`api.connections`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConnections {
+    /// Time from a request's first byte to its last header; a slower client
+    /// is disconnected.
+    #[serde(default = "default_header_read_timeout")]
+    #[schemars(range(min = 1))]
+    pub header_read_timeout_seconds: u64,
+    /// How long a connection may stay open with no request in flight.
+    #[serde(default = "default_idle_timeout")]
+    #[schemars(range(min = 1))]
+    pub idle_timeout_seconds: u64,
+    /// Most connections open at once; lowered at start to the open-file
+    /// limit minus 128. At the cap the longest-idle connection is closed.
+    #[serde(default = "default_api_max_connections")]
+    #[schemars(range(min = 1))]
+    pub max_connections: u32,
+}
+
+impl Default for ApiConnections {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_seconds: default_header_read_timeout(),
+            idle_timeout_seconds: default_idle_timeout(),
+            max_connections: default_api_max_connections(),
+        }
+    }
+}
+
+fn default_header_read_timeout() -> u64 {
+    10
+}
+
+fn default_idle_timeout() -> u64 {
+    60
+}
+
+fn default_api_max_connections() -> u32 {
+    1000
 }
 
 fn default_host() -> String {

@@ -33,8 +33,8 @@ mod yaml;
 mod zone;
 
 pub use bootstrap::{
-    ApiAuth, ApiConfig, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig, ENV_PREFIX,
-    ENV_SEPARATOR, LogFormat, Observability, QueueConfig, QueueKind, check_bootstrap,
+    ApiAuth, ApiConfig, ApiConnections, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig,
+    ENV_PREFIX, ENV_SEPARATOR, LogFormat, Observability, QueueConfig, QueueKind, check_bootstrap,
 };
 pub use company::validate::check_company;
 pub use company::{

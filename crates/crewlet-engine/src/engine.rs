@@ -232,7 +232,11 @@ impl EngineBuilder {
             order.push(seat.handle.clone());
         }
         let seats = Arc::new(seats);
-        let sink = Arc::new(QueueEventSink::new(queue.clone(), seats.clone()));
+        let sink = Arc::new(QueueEventSink::new(
+            queue.clone(),
+            seats.clone(),
+            self.archive.as_ref().map(|a| a.writer().clone()),
+        ));
         let te = &company.turn_engine;
         let settings = TurnSettings {
             max_iterations: te.max_iterations,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use crewlet_core::{Event, EventType};
 use crewlet_queue::{EventQueue, topics};
+use crewlet_store::EventStoreWriter;
 use crewlet_turn::EventSink;
 use tracing::warn;
 
@@ -17,11 +18,21 @@ use crate::seat::SeatRuntime;
 pub(crate) struct QueueEventSink {
     queue: Arc<dyn EventQueue>,
     seats: Arc<HashMap<String, Arc<SeatRuntime>>>,
+    /// Where an event goes when the broker refuses it.
+    store: Option<Arc<EventStoreWriter>>,
 }
 
 impl QueueEventSink {
-    pub fn new(queue: Arc<dyn EventQueue>, seats: Arc<HashMap<String, Arc<SeatRuntime>>>) -> Self {
-        Self { queue, seats }
+    pub fn new(
+        queue: Arc<dyn EventQueue>,
+        seats: Arc<HashMap<String, Arc<SeatRuntime>>>,
+        store: Option<Arc<EventStoreWriter>>,
+    ) -> Self {
+        Self {
+            queue,
+            seats,
+            store,
+        }
     }
 }
 
@@ -37,7 +48,17 @@ impl EventSink for QueueEventSink {
         {
             seat.set_phase(phase);
         }
-        publish_event(self.queue.as_ref(), event).await;
+        let topic = topics::events(&event.event_type);
+        let event = Arc::new(event);
+        let Err(e) = self.queue.publish_shared(&topic, event.clone()).await else {
+            return;
+        };
+        let stored = match &self.store {
+            Some(store) if event.is_stored() => store.write(&event).await.is_ok(),
+            _ => false,
+        };
+        warn!(topic, event_id = %event.id, event_type = %event.event_type, error = %e, stored,
+              "cannot publish turn event; stored directly when `stored`");
     }
 }
 

@@ -183,6 +183,7 @@ pub fn api_config(tokens: bool, anonymous_read: bool) -> ApiConfig {
             allow_anonymous_read: anonymous_read,
             allowed_origins: vec!["https://dash.example.com".into()],
         },
+        ..ApiConfig::default()
     }
 }
 
