@@ -203,7 +203,7 @@ async fn main() -> anyhow::Result<()> {
     let writer = EventStoreWriter::new(pg.clone());
     let started = Instant::now();
     for e in &events {
-        writer.on_publish("crewlet.events.bench", e).await;
+        writer.on_publish("crewlet.events.bench", e).await?;
     }
     let publish_time = started.elapsed();
     let publish_rate = rate(args.per_publish, publish_time);

@@ -223,7 +223,9 @@ mod tests {
         // spawn clears the rest; `mcp_fake_server.rs` checks a real child).
         for name in INHERITED_ENV {
             let upper = name.to_ascii_uppercase();
-            for word in ["KEY", "TOKEN", "SECRET", "PASSWORD", "DSN", "AUTH", "CREWLET"] {
+            for word in [
+                "KEY", "TOKEN", "SECRET", "PASSWORD", "DSN", "AUTH", "CREWLET",
+            ] {
                 assert!(!upper.contains(word), "{name} could carry a credential");
             }
         }
