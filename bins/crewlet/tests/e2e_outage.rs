@@ -6,18 +6,21 @@
 //! closes every open connection and refuses new ones for its length, as a
 //! restarting or unreachable server looks to them (the server itself keeps
 //! serving the other tests). Deliveries are Slack mentions, each sent twice
-//! (the sender's retry). Afterwards, read straight from the database:
-//! - **lost**: a delivery the API accepted that has no `task_completed`;
+//! (the sender's retry). Afterwards, read straight from the database, a
+//! delivery tied to its tasks by the router's `external_notification`
+//! (whichever copy was routed):
+//! - **lost**: a delivery the API took that has no `task_completed`;
 //! - **duplicated**: a delivery with more than one `task_completed`, or more
-//!   posts through the fake MCP server than deliveries;
-//! - **missing**: an accepted copy without its `raw_webhook`, or a routed
-//!   delivery without one of the events its turn must leave.
+//!   posts through the fake MCP server than completed deliveries;
+//! - **missing**: an accepted copy without its `raw_webhook`, a delivery
+//!   without any stored `raw_webhook`, or a routed task without one of the
+//!   events its turn must leave.
 //!
 //! All three must be 0. Each test prints its figures on one line.
 
 mod common;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use common::*;
@@ -29,7 +32,8 @@ use tokio::time::Instant;
 
 const SLACK_SECRET: &str = "outage-slack-secret";
 
-/// Events every routed delivery's trace must hold once its turn is done.
+/// Events every routed delivery must have left once its turn is done (all
+/// but `raw_webhook` carry its task id).
 const TURN_EVENTS: [&str; 5] = [
     "raw_webhook",
     "task_created",
@@ -186,47 +190,41 @@ impl Run {
         true
     }
 
-    /// Waits until every accepted copy is settled (its trace holds a
-    /// `task_completed` or the router's `notification_skipped` for a
-    /// duplicate), then counts.
+    /// `task_completed` events of the tasks routed for `delivery`, and the
+    /// task ids routed for it (a delivery is tied to its tasks by the
+    /// router's `external_notification` record, whichever copy was routed).
+    async fn completed(&self, delivery: &str) -> (usize, Vec<String>) {
+        let rows = self
+            .direct
+            .query(
+                "SELECT n.task_id,
+                        (SELECT count(*) FROM crewlet_events c
+                          WHERE c.task_id = n.task_id AND c.event_type = 'task_completed')
+                   FROM crewlet_events n
+                  WHERE n.event_type = 'external_notification'
+                    AND n.payload->>'delivery_key' = $1",
+                &[&delivery],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tasks: Vec<String> = rows
+            .iter()
+            .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
+            .collect();
+        let done = rows.iter().map(|r| r.get::<_, i64>(1)).sum::<i64>();
+        (usize::try_from(done).unwrap_or(0), tasks)
+    }
+
+    /// Waits until every delivery the API took has a completed task and
+    /// every accepted copy is settled (its trace holds a `task_completed`
+    /// or the router's `notification_skipped` for a duplicate), then counts.
     async fn settle_and_count(&mut self) -> &Figures {
         let deadline = Instant::now() + Duration::from_secs(240);
         // A delivery the API answered only as a duplicate (its first copy's
-        // answer was cut off by a crash) is followed by its stored
-        // raw_webhook, which must turn up: that is the audit trail.
-        let unanswered: Vec<String> = self
-            .deliveries
-            .iter()
-            .filter(|d| !self.copies.iter().any(|c| &c.delivery == *d))
-            .cloned()
-            .collect();
-        for d in unanswered {
-            loop {
-                let row = self
-                    .direct
-                    .query_opt(
-                        "SELECT event_id::text, trace_id FROM crewlet_events WHERE event_type = 'raw_webhook' AND tags->>'delivery_key' = $1 LIMIT 1",
-                        &[&d],
-                    )
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-                if let Some(row) = row {
-                    self.copies.push(Copy {
-                        delivery: d.clone(),
-                        event_id: row.get(0),
-                        trace_id: row.get::<_, Option<String>>(1).unwrap_or_default(),
-                    });
-                    break;
-                }
-                if Instant::now() > deadline {
-                    // Never stored: a lost audit event (and a lost task).
-                    self.figures.missing += 1;
-                    self.figures.lost += 1;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
+        // answer was cut off by a crash) must still have its raw_webhook
+        // stored: that is the audit trail.
+        let answered: HashSet<String> = self.copies.iter().map(|c| c.delivery.clone()).collect();
+        let taken: Vec<String> = self.deliveries.clone();
         loop {
             let mut open = 0;
             for c in &self.copies {
@@ -238,24 +236,22 @@ impl Run {
                     open += 1;
                 }
             }
-            if open == 0 {
+            for d in &taken {
+                if self.completed(d).await.0 == 0 {
+                    open += 1;
+                }
+            }
+            if open == 0 || Instant::now() > deadline {
                 break;
             }
             assert!(
-                self.split.engine.is_running() && Instant::now() < deadline,
-                "{open} of {} accepted copies never settled\n--- engine ---\n{}\n--- api ---\n{}",
-                self.copies.len(),
-                self.split.engine.log(),
-                self.split.api.log()
+                self.split.engine.is_running(),
+                "the engine exited\n{}",
+                self.split.engine.log()
             );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        let mut completed: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut routed: HashSet<&str> = HashSet::new();
         for c in &self.copies {
-            let types = trace_types(&self.direct, &c.trace_id).await;
-            let done = types.iter().filter(|t| *t == "task_completed").count();
-            *completed.entry(c.delivery.as_str()).or_default() += done;
             let stored = self
                 .direct
                 .query_one(
@@ -268,30 +264,38 @@ impl Run {
             if stored != 1 {
                 self.figures.missing += 1;
             }
-            if done > 0 {
-                routed.insert(c.delivery.as_str());
-                for expected in TURN_EVENTS {
-                    if !types.iter().any(|t| t == expected) {
-                        self.figures.missing += 1;
+        }
+        self.figures.deliveries = self.deliveries.len();
+        let mut tasks_done = 0;
+        for d in &taken {
+            let (done, tasks) = self.completed(d).await;
+            if done == 0 {
+                self.figures.lost += 1;
+            }
+            tasks_done += done.min(1);
+            self.figures.duplicated += done.saturating_sub(1);
+            // The turn's record, by task id.
+            for task in tasks.iter().filter(|t| !t.is_empty()) {
+                let types: Vec<String> = self
+                    .direct
+                    .query(
+                        "SELECT DISTINCT event_type FROM crewlet_events WHERE task_id = $1",
+                        &[task],
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .iter()
+                    .map(|r| r.get::<_, String>(0))
+                    .collect();
+                if types.iter().any(|t| t == "task_completed") {
+                    for expected in TURN_EVENTS.iter().filter(|t| **t != "raw_webhook") {
+                        if !types.iter().any(|t| t == expected) {
+                            self.figures.missing += 1;
+                        }
                     }
                 }
             }
-        }
-        self.figures.deliveries = self.deliveries.len();
-        for d in &self.deliveries {
-            let known = self.copies.iter().any(|c| &c.delivery == d);
-            let n = completed.get(d.as_str()).copied().unwrap_or(0);
-            if known && n == 0 {
-                self.figures.lost += 1;
-            }
-            if n > 1 {
-                self.figures.duplicated += n - 1;
-            }
-        }
-        // Every raw_webhook of a delivery the API accepted, by delivery key
-        // (copies whose answer a crash cut off included).
-        for d in &self.deliveries {
-            let stored = self
+            let raw = self
                 .direct
                 .query_one(
                     "SELECT count(*) FROM crewlet_events WHERE event_type = 'raw_webhook' AND tags->>'delivery_key' = $1",
@@ -300,8 +304,11 @@ impl Run {
                 .await
                 .map(|r| r.get::<_, i64>(0))
                 .unwrap_or(0);
-            if completed.get(d.as_str()).copied().unwrap_or(0) > 0 && stored == 0 {
+            if raw == 0 {
                 self.figures.missing += 1;
+            }
+            if !answered.contains(d) && raw == 0 {
+                eprintln!("{d}: answered only as a duplicate and no raw_webhook stored");
             }
         }
         self.figures.mcp_posts = crewlet_fake_mcp::read_log(&self.split.mcp_log)
@@ -309,11 +316,9 @@ impl Run {
             .iter()
             .filter(|l| l["event"] == "tool_call")
             .count();
-        let posts_expected = completed.values().filter(|n| **n > 0).count();
-        if self.figures.mcp_posts > posts_expected {
-            self.figures.duplicated += self.figures.mcp_posts - posts_expected;
+        if self.figures.mcp_posts > tasks_done {
+            self.figures.duplicated += self.figures.mcp_posts - tasks_done;
         }
-        let _ = routed;
         &self.figures
     }
 
