@@ -19,7 +19,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use crewlet_config::{Company, Organization, Schedule, ScheduleTarget, Seat, SeatKind, Unit};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_queue::{EventQueue, topics};
-use crewlet_store::{ScheduledFire, ScheduledRuns};
+use crewlet_store::{Patience, ScheduledFire, ScheduledRuns, retry_transient};
 use croner::Cron;
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -224,14 +224,24 @@ impl Scheduler {
                         fire_label: label.clone(),
                         target: handle.clone(),
                     };
-                    match self.runs.claim(&fire, &self.node).await {
+                    // Held while the database is down: the fire is late, not
+                    // lost (the tick loop's window starts where this one ended).
+                    let never = || false;
+                    let claimed = retry_transient(
+                        "claiming a schedule fire",
+                        Patience::UNTIL_BACK,
+                        &never,
+                        || self.runs.claim(&fire, &self.node),
+                    )
+                    .await;
+                    match claimed {
                         Ok(true) => {}
                         Ok(false) => {
                             debug!(schedule = %entry.name, scope = %entry.scope, at = %label, agent = %handle, "fire already claimed by another engine");
                             continue;
                         }
                         Err(e) => {
-                            warn!(schedule = %entry.name, scope = %entry.scope, at = %label, error = %e, "cannot claim a schedule fire; skipping it (at most once)");
+                            warn!(schedule = %entry.name, scope = %entry.scope, at = %label, error = %e, "the store refuses this schedule fire's claim; skipping it (at most once)");
                             continue;
                         }
                     }
@@ -401,6 +411,73 @@ units:
       - {name: tidy, cron: "0 * * * *", task: tidy up, target: each}
       - {name: off, cron: "0 * * * *", task: nothing, enabled: false}
 "#;
+
+    /// Claims that fail (database unavailable) a few times first.
+    struct Flaky {
+        inner: MemoryScheduledRuns,
+        failures: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl ScheduledRuns for Flaky {
+        async fn claim(
+            &self,
+            fire: &ScheduledFire,
+            by: &str,
+        ) -> Result<bool, crewlet_store::StoreError> {
+            use std::sync::atomic::Ordering;
+            if self
+                .failures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(crewlet_store::StoreError::Unavailable {
+                    what: "claim".into(),
+                    reason: "restarting".into(),
+                });
+            }
+            self.inner.claim(fire, by).await
+        }
+        async fn prune(
+            &self,
+            before: chrono::DateTime<Utc>,
+        ) -> Result<u64, crewlet_store::StoreError> {
+            self.inner.prune(before).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fire_during_a_database_blip_is_late_not_lost() {
+        let company = Company::from_yaml("t", &format!("{COMPANY}{}", crate::TEST_LLM))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let runs = Arc::new(Flaky {
+            inner: MemoryScheduledRuns::new(),
+            failures: std::sync::atomic::AtomicU32::new(3),
+        });
+        let (s, _) = Scheduler::new(
+            &company,
+            Arc::new(company.organization()),
+            Arc::new(MemoryQueue::standalone()),
+            runs.clone(),
+            "a",
+        );
+        let fired = s
+            .fire_due(at("2026-03-12T09:59:00Z"), at("2026-03-12T10:00:00Z"))
+            .await;
+        let mut got: Vec<(String, String)> = fired
+            .iter()
+            .map(|f| (f.schedule.clone(), f.handle.clone()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("standup".to_owned(), "cto".to_owned()),
+                ("tidy".to_owned(), "cto".to_owned()),
+                ("tidy".to_owned(), "eng".to_owned()),
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn targets_and_at_most_once_claims() {
