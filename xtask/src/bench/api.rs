@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::{cmd, workspace_root};
+use crate::cmd;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,16 +26,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cargo = cmd::cargo();
-    cargo.current_dir(workspace_root()).args([
-        "run",
-        "--release",
-        "-q",
-        "-p",
-        "crewlet-api",
-        "--example",
-        "api_bench",
-        "--",
+    let mut cargo = super::release_example("crewlet-api", None, "api_bench");
+    cargo.args([
         "--requests",
         &args.requests.to_string(),
         "--connections",

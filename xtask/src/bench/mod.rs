@@ -123,6 +123,25 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// `cargo run --quiet --release -p {package} [--features {features}]
+/// --example {example} --` in the workspace root: the benchmark binaries
+/// are examples of the crate they measure; the caller appends their args.
+pub fn release_example(
+    package: &str,
+    features: Option<&str>,
+    example: &str,
+) -> std::process::Command {
+    let mut cargo = cmd::cargo();
+    cargo
+        .current_dir(workspace_root())
+        .args(["run", "--quiet", "--release", "-p", package]);
+    if let Some(features) = features {
+        cargo.args(["--features", features]);
+    }
+    cargo.args(["--example", example, "--"]);
+    cargo
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

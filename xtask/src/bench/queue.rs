@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::{cmd, workspace_root};
+use crate::cmd;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
@@ -32,18 +32,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cargo = cmd::cargo();
-    cargo.current_dir(workspace_root()).args([
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "crewlet-queue",
-        "--features",
-        "pulsar",
-        "--example",
-        "queue_bench",
-        "--",
+    let mut cargo = super::release_example("crewlet-queue", Some("pulsar"), "queue_bench");
+    cargo.args([
         "--memory-events",
         &args.memory_events.to_string(),
         "--pulsar-events",

@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::{cmd, workspace_root};
+use crate::cmd;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,17 +25,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cargo = cmd::cargo();
-    cargo.current_dir(workspace_root()).args([
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "crewlet-store",
-        "--example",
-        "store_bench",
-        "--",
-    ]);
+    let mut cargo = super::release_example("crewlet-store", None, "store_bench");
     if args.quick {
         cargo.arg("--quick");
     } else {

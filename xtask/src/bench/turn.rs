@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::{cmd, workspace_root};
+use crate::cmd;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -20,17 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cargo = cmd::cargo();
-    cargo.current_dir(workspace_root()).args([
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "crewlet-turn",
-        "--example",
-        "turn_bench",
-        "--",
-    ]);
+    let mut cargo = super::release_example("crewlet-turn", None, "turn_bench");
     if args.quick {
         cargo.arg("--quick");
     } else {

@@ -8,7 +8,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::{cmd, workspace_root};
+use crate::cmd;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,16 +21,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut cargo = cmd::cargo();
-    cargo.current_dir(workspace_root()).args([
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "crewlet-config",
-        "--example",
-        "validate_scale",
-        "--",
+    let mut cargo = super::release_example("crewlet-config", None, "validate_scale");
+    cargo.args([
         "--seats",
         &args.seats,
         "--keys",
