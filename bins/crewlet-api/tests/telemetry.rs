@@ -36,7 +36,7 @@ providers:
     main: {type: openai, model: m, api_keys: ["${OPENAI_API_KEY}"]}
 integrations:
   github:
-    webhook_secret: "${SMOKE_GITHUB_SECRET}"
+    webhook_secret: "${CREWLET_CO_SMOKE_GITHUB_SECRET}"
 roles:
   - name: Engineer
     handle: eng
@@ -73,7 +73,7 @@ fn the_standalone_process_exports_the_webhook_span_and_flushes_it_at_sigterm() -
         .arg(&config)
         .args(["--port", "0"])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.base_url())
-        .env("SMOKE_GITHUB_SECRET", GITHUB_SECRET)
+        .env("CREWLET_CO_SMOKE_GITHUB_SECRET", GITHUB_SECRET)
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
