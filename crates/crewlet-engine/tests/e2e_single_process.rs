@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use crewlet_config::Bootstrap;
 use crewlet_engine::RunOptions;
 use crewlet_engine::run::run_until;
 use crewlet_test_support::fake_llm::FakeLlmServer;
@@ -31,8 +30,7 @@ async fn slack_webhook_to_turn_to_mcp_in_one_trace() {
     .unwrap_or_else(|e| panic!("{e}"));
 
     let port = free_port();
-    let mut bootstrap = Bootstrap::default();
-    bootstrap.api.port = port;
+    let bootstrap = bootstrap(port);
     let options = RunOptions {
         import_company: Some(company),
         ..RunOptions::default()

@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use crewlet_config::Bootstrap;
 use crewlet_engine::RunOptions;
 use crewlet_engine::run::run_until;
 use crewlet_test_support::fake_llm::FakeLlmServer;
@@ -39,8 +38,7 @@ async fn bad_signatures_publish_nothing_and_a_repeated_delivery_is_one_task() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let port = free_port();
-    let mut bootstrap = Bootstrap::default();
-    bootstrap.api.port = port;
+    let bootstrap = bootstrap(port);
     let options = RunOptions {
         import_company: Some(company),
         ..RunOptions::default()

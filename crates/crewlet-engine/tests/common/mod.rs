@@ -155,6 +155,19 @@ pub fn slack_mention(event_id: &str, channel: &str) -> Signed {
     slack_signed(SLACK_SECRET, body)
 }
 
+/// The Tier A bootstrap of the single-process tests: the embedded API on
+/// `port`, and the fake MCP server [`company_yaml`] runs allowed by the
+/// `security` block.
+pub fn bootstrap(port: u16) -> crewlet_config::Bootstrap {
+    let mut bootstrap = crewlet_config::Bootstrap::default();
+    bootstrap.api.port = port;
+    bootstrap
+        .security
+        .mcp_commands
+        .push(fake_mcp_bin().display().to_string());
+    bootstrap
+}
+
 /// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
