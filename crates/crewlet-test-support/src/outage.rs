@@ -85,6 +85,8 @@ async fn accept_loop(
 ) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
+            // Out of descriptors or the like: do not spin.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             continue;
         };
         if !up.load(Ordering::SeqCst) {
