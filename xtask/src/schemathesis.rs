@@ -32,11 +32,12 @@ pub fn run() -> Result<()> {
     let st = install(&cache)?;
 
     let mut build = cmd::cargo();
-    // The features of the tests step (`--workspace --all-features`), so the
-    // binary that step built is reused instead of rebuilt.
+    // Exactly the tests step's selection and features (`--workspace
+    // --all-features`; a narrower one unifies other features and rebuilds),
+    // so after that step this is a no-op and its `crewlet` binary is used.
     build
         .current_dir(&root)
-        .args(["build", "--workspace", "--all-features", "--bin", "crewlet"]);
+        .args(["build", "--workspace", "--all-features"]);
     cmd::run(&mut build)?;
     let crewlet = target.join("debug").join("crewlet");
 
