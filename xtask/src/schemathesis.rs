@@ -32,12 +32,12 @@ pub fn run() -> Result<()> {
     let st = install(&cache)?;
 
     let mut build = cmd::cargo();
-    // Exactly the tests step's selection and features (`--workspace
-    // --all-features`; a narrower one unifies other features and rebuilds),
-    // so after that step this is a no-op and its `crewlet` binary is used.
+    // The tests step's own build (`cargo test --workspace --all-features`,
+    // whose features include the dev-dependencies'): after that step this is
+    // a no-op, and `target/debug/crewlet` is the binary its tests ran.
     build
         .current_dir(&root)
-        .args(["build", "--workspace", "--all-features"]);
+        .args(["test", "--workspace", "--all-features", "--no-run"]);
     cmd::run(&mut build)?;
     let crewlet = target.join("debug").join("crewlet");
 
