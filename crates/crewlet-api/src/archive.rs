@@ -324,8 +324,9 @@ mod tests {
         }
     }
 
+    /// Polls `f` for up to 60 s (sized for a loaded CI machine, not an idle one).
     async fn eventually<F: Fn() -> bool>(what: &str, f: F) {
-        for _ in 0..1000 {
+        for _ in 0..6000 {
             if f() {
                 return;
             }

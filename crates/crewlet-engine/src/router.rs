@@ -796,7 +796,12 @@ units:
             async move { r.route(&event).await }
         });
         // It retries while the store is down, without routing anything.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
         while claims.attempts.load(Ordering::SeqCst) < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the router never retried its claim"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         assert!(!routing.is_finished());

@@ -149,8 +149,12 @@ mod tests {
 
         proxy.cut();
         let mut buf = [0u8; 4];
-        // The open connection is closed by the cut.
-        assert!(matches!(open.read(&mut buf).await, Ok(0) | Err(_)));
+        // The open connection is closed by the cut (bounded, so a proxy that
+        // failed to cut fails the test instead of hanging it).
+        let read = tokio::time::timeout(std::time::Duration::from_secs(60), open.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("the cut did not close the open connection"));
+        assert!(matches!(read, Ok(0) | Err(_)));
         // New ones are closed at once.
         let s = TcpStream::connect(proxy.addr())
             .await
