@@ -48,26 +48,34 @@ impl EventSink for QueueEventSink {
         {
             seat.set_phase(phase);
         }
-        let topic = topics::events(&event.event_type);
         let event = Arc::new(event);
-        let Err(e) = self.queue.publish_shared(&topic, event.clone()).await else {
+        let Err(e) = try_publish_event(self.queue.as_ref(), event.clone()).await else {
             return;
         };
         let stored = match &self.store {
             Some(store) if event.is_stored() => store.write(&event).await.is_ok(),
             _ => false,
         };
-        warn!(topic, event_id = %event.id, event_type = %event.event_type, error = %e, stored,
+        warn!(event_id = %event.id, event_type = %event.event_type, error = %e, stored,
               "cannot publish turn event; stored directly when `stored`");
     }
+}
+
+/// Publishes `event` on `crewlet.events.{type}`.
+async fn try_publish_event(
+    queue: &dyn EventQueue,
+    event: Arc<Event>,
+) -> Result<(), crewlet_queue::QueueError> {
+    queue
+        .publish_shared(&topics::events(&event.event_type), event)
+        .await
 }
 
 /// Publishes `event` on `crewlet.events.{type}`; a failure is logged (the
 /// turn goes on: events never fail the work they describe).
 pub(crate) async fn publish_event(queue: &dyn EventQueue, event: Event) {
-    let topic = topics::events(&event.event_type);
     let (id, kind) = (event.id, event.event_type.clone());
-    if let Err(e) = queue.publish_shared(&topic, Arc::new(event)).await {
-        warn!(topic, event_id = %id, event_type = %kind, error = %e, "cannot publish engine event");
+    if let Err(e) = try_publish_event(queue, Arc::new(event)).await {
+        warn!(event_id = %id, event_type = %kind, error = %e, "cannot publish engine event");
     }
 }
