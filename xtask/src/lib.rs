@@ -17,10 +17,15 @@ use std::path::{Path, PathBuf};
 
 /// The workspace root (the directory holding the top-level `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` sets the variable at run time too. Prefer it: with a target
+    // directory shared between checkouts, the binary may have been compiled
+    // in another checkout, whose path `env!` would have baked in.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir
         .parent()
-        .map_or_else(|| manifest_dir.to_path_buf(), Path::to_path_buf)
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
 }
 
 /// Whether we run under CI (`CI=true` or `CI=1`), where a missing service is a

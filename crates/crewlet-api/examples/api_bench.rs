@@ -321,6 +321,7 @@ async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
                 embedding_dim: 1536,
                 max_connections: 16,
             }),
+            knowledge: None,
         },
         ..Bootstrap::default()
     };

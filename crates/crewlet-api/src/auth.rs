@@ -251,6 +251,7 @@ mod tests {
             ],
             allow_anonymous_read: true,
             allowed_origins: vec![],
+            disabled: None,
         })
     }
 

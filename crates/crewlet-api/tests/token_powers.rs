@@ -74,6 +74,7 @@ async fn serve(security: Security, company: Option<&str>) -> Server {
             tokens: tokens(),
             allow_anonymous_read: false,
             allowed_origins: vec![],
+            ..ApiAuth::default()
         },
         ..ApiConfig::default()
     };

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use figment::Figment;
+use indexmap::IndexMap;
 use figment::providers::Format;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,60 @@ pub struct Bootstrap {
     /// variables, outbound hosts.
     #[serde(default)]
     pub security: Security,
+    /// The original engine's encrypted secret store (key material).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the secret store is not built yet: secrets come from the environment"))]
+    pub secrets: Option<SecretsConfig>,
+    /// This process as a node of a fleet: its id, roles and labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "fleets are not built yet: one engine runs every seat"))]
+    pub node: Option<NodeConfig>,
+}
+
+/// Encrypted secret store keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// Id of the key new secrets are encrypted with.
+    #[serde(default)]
+    pub active_key_id: String,
+    /// Key material, by id.
+    #[serde(default)]
+    pub keys: Vec<SecretKey>,
+}
+
+/// One key of the secret store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretKey {
+    /// Key id.
+    pub id: String,
+    /// Key material (base64).
+    pub material: String,
+}
+
+/// A fleet node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Node id; empty: derived from the host.
+    #[serde(default)]
+    pub id: String,
+    /// What the node does: `ingress`, `seats`, `singletons`.
+    #[serde(default)]
+    pub roles: Vec<NodeRole>,
+    /// Labels seats' `placement` matches.
+    #[serde(default)]
+    pub labels: IndexMap<String, String>,
+}
+
+/// What a fleet node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeRole {
+    Ingress,
+    Seats,
+    Singletons,
 }
 
 /// Infrastructure. A missing block means the in-memory stand-in.
@@ -59,6 +114,28 @@ pub struct BootstrapProviders {
     /// PostgreSQL. Unset: memory stores (nothing survives a restart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database: Option<DatabaseConfig>,
+    /// The knowledge store (`pgvector` or `memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the knowledge system is not built yet"))]
+    pub knowledge: Option<KnowledgeStore>,
+}
+
+/// The knowledge store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KnowledgeStore {
+    /// `pgvector` or `memory`.
+    #[serde(rename = "type", default)]
+    pub kind: KnowledgeStoreKind,
+}
+
+/// Knowledge store backends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KnowledgeStoreKind {
+    #[default]
+    Pgvector,
+    Memory,
 }
 
 /// The event queue.
@@ -80,6 +157,10 @@ pub struct QueueConfig {
     #[serde(default = "default_namespace")]
     #[schemars(length(min = 1))]
     pub namespace: String,
+    /// Pulsar admin (REST) URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the engine never calls the Pulsar admin API: tenant and namespace must exist"))]
+    pub admin_url: Option<String>,
     /// Pulsar token (JWT) for token authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_token: Option<String>,
@@ -103,6 +184,7 @@ impl Default for QueueConfig {
             tenant: default_tenant(),
             namespace: default_namespace(),
             auth_token: None,
+            admin_url: None,
             tls_trust_certs_path: None,
             startup_retry_seconds: default_startup_retry_seconds(),
         }
@@ -243,6 +325,10 @@ pub struct ApiAuth {
     /// Bearer tokens; writes and `/config` always need one.
     #[serde(default)]
     pub tokens: Vec<ApiToken>,
+    /// The original engine's switch to turn the token check off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "Crewlet always checks tokens on writes and /config"))]
+    pub disabled: Option<bool>,
     /// Let reads through without a token.
     #[serde(default = "default_true")]
     pub allow_anonymous_read: bool,
@@ -255,6 +341,7 @@ impl Default for ApiAuth {
     fn default() -> Self {
         Self {
             tokens: Vec::new(),
+            disabled: None,
             allow_anonymous_read: true,
             allowed_origins: Vec::new(),
         }
@@ -498,6 +585,14 @@ impl Bootstrap {
 
 /// Validates a bootstrap file's text alone (no environment) and returns every
 /// problem found.
+impl Bootstrap {
+    /// Keys set in this file that have no effect yet, by YAML path (no
+    /// lines): what the engine logs when it starts.
+    pub fn warnings(&self) -> Vec<Problem> {
+        crate::inert::warnings("config.yaml", Tier::Bootstrap, self, None)
+    }
+}
+
 pub fn check_bootstrap(source: &str, text: &str) -> Result<Bootstrap, Vec<Problem>> {
     let parsed = check::structural::<Bootstrap>(source, text, Tier::Bootstrap);
     let mut problems = parsed.problems;

@@ -14,6 +14,9 @@ use crate::yaml::{self, Loc, Locator, Node, NodeKind, YamlPath};
 pub(crate) struct Finding {
     pub path: YamlPath,
     pub message: String,
+    /// A warning: the file is accepted, but something in it may not do what
+    /// its author meant (or does nothing yet).
+    pub warning: bool,
 }
 
 impl Finding {
@@ -21,6 +24,15 @@ impl Finding {
         Self {
             path,
             message: message.into(),
+            warning: false,
+        }
+    }
+
+    pub fn warning(path: YamlPath, message: impl Into<String>) -> Self {
+        Self {
+            path,
+            message: message.into(),
+            warning: true,
         }
     }
 }

@@ -21,6 +21,7 @@ mod docs;
 mod env;
 mod error;
 mod figment_yaml;
+mod inert;
 mod interpolate;
 mod numbers;
 mod organization;
@@ -36,13 +37,15 @@ pub use bootstrap::{
     ApiAuth, ApiConfig, ApiConnections, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig,
     ENV_PREFIX, ENV_SEPARATOR, LogFormat, Observability, QueueConfig, QueueKind, check_bootstrap,
 };
-pub use company::validate::check_company;
+pub use company::validate::{CompanyReport, check_company, check_company_report};
+pub use company::{DEFAULT_PROVIDER, later};
 pub use company::{
     Company, CompanyProviders, ConfluenceIntegration, Contact, EmbeddingsKind, EmbeddingsProvider,
     GithubIntegration, GitlabIntegration, Integrations, JiraIntegration, Learning, LlmChoice,
-    LlmKind, LlmPhases, LlmProvider, LlmSpec, McpScope, McpServer, McpTransport, Phase,
-    PlaneIntegration, Role, RoleIntegrations, Schedule, ScheduleTarget, Scheduling, SeatAccount,
-    SeatKind, SlackIntegration, SlackSeat, TurnEngine, Unit, UnitIntegrations,
+    LlmKind, LlmPhases, LlmProvider, LlmSpec, McpServer, McpTransport, Phase,
+    PlaneIntegration, ProjectIdentity, Role, RoleIntegrations, Schedule, ScheduleTarget,
+    Scheduling, SeatAccount, SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat,
+    TurnEngine, Unit, UnitIntegrations, WikiSeat,
 };
 pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;
@@ -73,8 +76,18 @@ pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
         }
     };
     match tier {
-        Tier::Company => Checked::Company(check_company(source, text)),
-        Tier::Bootstrap => Checked::Bootstrap(check_bootstrap(source, text)),
+        Tier::Company => {
+            let report = check_company_report(source, text);
+            Checked::Company(report.result, report.warnings)
+        }
+        Tier::Bootstrap => {
+            let result = check_bootstrap(source, text);
+            let warnings = match &result {
+                Ok(b) => inert::warnings(source, Tier::Bootstrap, b, yaml::parse(text).root.as_ref()),
+                Err(_) => Vec::new(),
+            };
+            Checked::Bootstrap(result, warnings)
+        }
     }
 }
 
@@ -84,8 +97,8 @@ pub fn check_bytes(source: &str, bytes: &[u8], tier: Option<Tier>) -> Checked {
     match decode_utf8(source, bytes) {
         Ok(text) => check_file(source, text, tier),
         Err(problem) => match tier {
-            Some(Tier::Company) => Checked::Company(Err(vec![problem])),
-            Some(Tier::Bootstrap) => Checked::Bootstrap(Err(vec![problem])),
+            Some(Tier::Company) => Checked::Company(Err(vec![problem]), Vec::new()),
+            Some(Tier::Bootstrap) => Checked::Bootstrap(Err(vec![problem]), Vec::new()),
             None => Checked::Undetected(vec![problem]),
         },
     }
@@ -96,8 +109,10 @@ pub fn check_bytes(source: &str, bytes: &[u8], tier: Option<Tier>) -> Checked {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 pub enum Checked {
-    Company(Result<(Company, Organization), Vec<Problem>>),
-    Bootstrap(Result<Bootstrap, Vec<Problem>>),
+    /// A company file, and its warnings (see [`CompanyReport`]).
+    Company(Result<(Company, Organization), Vec<Problem>>, Vec<Problem>),
+    /// A bootstrap file, and its warnings.
+    Bootstrap(Result<Bootstrap, Vec<Problem>>, Vec<Problem>),
     /// The tier could not be guessed (or the text is not YAML).
     Undetected(Vec<Problem>),
 }
@@ -105,8 +120,17 @@ pub enum Checked {
 impl Checked {
     pub fn problems(&self) -> &[Problem] {
         match self {
-            Checked::Company(Err(p)) | Checked::Bootstrap(Err(p)) | Checked::Undetected(p) => p,
+            Checked::Company(Err(p), _) | Checked::Bootstrap(Err(p), _) | Checked::Undetected(p) => p,
             _ => &[],
+        }
+    }
+
+    /// Warnings: the file is accepted, but these keys have no effect yet or
+    /// these references resolve to nothing.
+    pub fn warnings(&self) -> &[Problem] {
+        match self {
+            Checked::Company(_, w) | Checked::Bootstrap(_, w) => w,
+            Checked::Undetected(_) => &[],
         }
     }
 }

@@ -130,8 +130,17 @@ impl<'s> Walk<'s> {
         let mut out = Map::new();
         let mut complete = true;
         let mut known: Option<KnownKeys> = None;
+        let mut valueless: Vec<&str> = Vec::new();
         for entry in entries {
             let p = path.key(&entry.key);
+            // A key written with no value (`lead:`) is unset, as in the
+            // original engine: its default applies.
+            if matches!(&entry.value.kind, NodeKind::Scalar(sc) if sc.is_null())
+                && props.is_some_and(|props| props.contains_key(&entry.key))
+            {
+                valueless.push(&entry.key);
+                continue;
+            }
             let value_schema = match props.and_then(|props| props.get(&entry.key)) {
                 Some(s) => s,
                 None => match additional {
@@ -159,7 +168,10 @@ impl<'s> Walk<'s> {
             }
         }
         for key in required {
-            if !entries.iter().any(|e| e.key == key) {
+            if valueless.contains(&key) {
+                self.problem(&path.key(key), node, format!("`{key}` needs a value"));
+                complete = false;
+            } else if !entries.iter().any(|e| e.key == key) {
                 self.problem(path, node, format!("missing required key `{key}`"));
                 complete = false;
             }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check::Finding;
-use crate::company::{Company, EmbeddingsKind, LlmKind, McpScope, McpTransport, Unit};
+use crate::company::{Company, EmbeddingsKind, LlmKind, McpTransport, Unit};
 use crate::error::Problem;
 use crate::interpolate::references;
 use crate::yaml::{self, YamlPath};
@@ -239,11 +239,12 @@ impl Security {
             return;
         }
         let servers = YamlPath::root().key("mcp_servers");
-        for (name, server) in &company.mcp_servers {
+        for (i, server) in company.mcp_servers.iter().enumerate() {
             if server.transport != McpTransport::Stdio {
                 continue;
             }
-            let at = servers.key(name);
+            let name = &server.name;
+            let at = servers.index(i);
             if let Some(command) = &server.command
                 && !self.allows_command(command)
             {
@@ -268,15 +269,20 @@ impl Security {
         // `mcp_env` (of units and roles) is the environment of per-role servers.
         let per_role_stdio = company
             .mcp_servers
-            .values()
-            .any(|s| s.transport == McpTransport::Stdio && s.scope == McpScope::PerRole);
+            .iter()
+            .any(|s| s.transport == McpTransport::Stdio && !s.shared);
         if !per_role_stdio {
             return;
         }
-        let mut check = |env: &indexmap::IndexMap<String, String>, at: YamlPath| {
-            for key in env.keys().filter(|k| forbidden_env(k)) {
+        type ServerEnv = indexmap::IndexMap<String, indexmap::IndexMap<String, String>>;
+        let mut check = |env: &ServerEnv, at: YamlPath| {
+            for (server, key) in env
+                .iter()
+                .flat_map(|(server, vars)| vars.keys().map(move |k| (server, k)))
+                .filter(|(_, k)| forbidden_env(k))
+            {
                 out.push(Finding::new(
-                    at.key("mcp_env").key(key),
+                    at.key("mcp_env").key(server).key(key),
                     format!(
                         "`{key}` may not be set in `mcp_env` for stdio MCP servers: it can make the program run other code; only security.allow_any_mcp_command: true in config.yaml permits it"
                     ),
@@ -326,11 +332,11 @@ impl Security {
             return;
         }
         let llm = YamlPath::root().key("providers").key("llm");
-        for (name, p) in &company.providers.llm {
+        for (name, p) in company.llm_providers().iter() {
             let default = match p.kind {
-                LlmKind::Openai => Some(OPENAI_URL),
+                LlmKind::Openai | LlmKind::OpenaiCompatible => Some(OPENAI_URL),
                 LlmKind::Anthropic => Some(ANTHROPIC_URL),
-                LlmKind::OpenaiCompatible => None,
+                LlmKind::CliAgent => continue,
             };
             let at = llm.key(name);
             let what = format!("model provider `{name}`");
@@ -338,17 +344,16 @@ impl Security {
         }
         if let Some(e) = &company.providers.embeddings {
             let default = match e.kind {
-                EmbeddingsKind::Openai => Some(OPENAI_URL),
-                EmbeddingsKind::OpenaiCompatible => None,
+                EmbeddingsKind::Openai | EmbeddingsKind::OpenaiCompatible => Some(OPENAI_URL),
             };
             let at = YamlPath::root().key("providers").key("embeddings");
             let what = "the embeddings provider";
             self.check_url(e.base_url.as_deref(), default, &at, "base_url", what, out);
         }
-        for (name, server) in &company.mcp_servers {
+        for (i, server) in company.mcp_servers.iter().enumerate() {
             if server.transport == McpTransport::Http {
-                let at = YamlPath::root().key("mcp_servers").key(name);
-                let what = format!("MCP server `{name}`");
+                let at = YamlPath::root().key("mcp_servers").index(i);
+                let what = format!("MCP server `{}`", server.name);
                 self.check_url(server.url.as_deref(), None, &at, "url", &what, out);
             }
         }
@@ -497,7 +502,8 @@ mod tests {
             .collect()
     }
 
-    const SHELL: &str = "name: T\nmcp_servers:\n  x:\n    command: /bin/sh\n    args: [-c, id]\n";
+    const SHELL: &str =
+        "name: T\nmcp_servers:\n  - name: x\n    command: /bin/sh\n    args: [-c, id]\n";
 
     #[test]
     fn commands_must_be_listed_exactly() {
@@ -519,7 +525,7 @@ mod tests {
         let found = messages(&s, SHELL);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
-            found[0].starts_with("company.yaml:4:14: mcp_servers.x.command:")
+            found[0].starts_with("company.yaml:4:14: mcp_servers[0].command:")
                 && found[0].contains("`/bin/sh`")
                 && found[0].contains("security.mcp_commands"),
             "{found:?}"
@@ -537,24 +543,24 @@ mod tests {
             mcp_commands: vec!["srv".into()],
             ..Security::default()
         };
-        let yaml = "name: T\nmcp_servers:\n  x:\n    scope: per_role\n    command: srv\n    env: {LD_PRELOAD: /tmp/x.so, OK: '1'}\nroles:\n  - name: A\n    handle: a\n    kind: human\n    contact: {email: a@x.io}\n    mcp_env: {NODE_OPTIONS: --require /tmp/x.js}\nunits:\n  - name: U\n    mcp_env: {Path: /tmp}\n";
+        let yaml = "name: T\nmcp_servers:\n  - name: x\n    shared: false\n    command: srv\n    env: {LD_PRELOAD: /tmp/x.so, OK: '1'}\nroles:\n  - name: A\n    handle: a\n    mcp_env: {x: {NODE_OPTIONS: --require /tmp/x.js}}\nunits:\n  - name: U\n    mcp_env: {x: {Path: /tmp}}\n";
         let found = messages(&s, yaml);
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(
-            found[0].contains("mcp_servers.x.env.LD_PRELOAD"),
+            found[0].contains("mcp_servers[0].env.LD_PRELOAD"),
             "{found:?}"
         );
         assert!(
-            found[1].contains("roles[0].mcp_env.NODE_OPTIONS"),
+            found[1].contains("roles[0].mcp_env.x.NODE_OPTIONS"),
             "{found:?}"
         );
-        assert!(found[2].contains("units[0].mcp_env.Path"), "{found:?}");
+        assert!(found[2].contains("units[0].mcp_env.x.Path"), "{found:?}");
     }
 
     #[test]
     fn variables_outside_the_allowlist_are_named_with_their_path() {
         let s = Security::default();
-        let yaml = "name: T\nproviders:\n  llm:\n    main:\n      type: openai\n      model: m\n      api_keys: [\"${OPENAI_API_KEY}\", \"${CREWLET_CO_KEY2}\", \"${PULSAR_TOKEN}\"]\nmcp_servers:\n  h:\n    transport: http\n    url: https://mcp.example.com/${DATABASE_URL}\n";
+        let yaml = "name: T\nproviders:\n  llm:\n    main:\n      type: openai\n      model: m\n      api_keys: [\"${OPENAI_API_KEY}\", \"${CREWLET_CO_KEY2}\", \"${PULSAR_TOKEN}\"]\nmcp_servers:\n  - name: h\n    transport: http\n    url: https://mcp.example.com/${DATABASE_URL}\n";
         let found = messages(&s, yaml);
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(
@@ -563,7 +569,7 @@ mod tests {
             "{found:?}"
         );
         assert!(
-            found[1].contains("mcp_servers.h.url") && found[1].contains("`DATABASE_URL`"),
+            found[1].contains("mcp_servers[0].url") && found[1].contains("`DATABASE_URL`"),
             "{found:?}"
         );
         let env = CompanyEnv::default();
@@ -624,7 +630,7 @@ mod tests {
             outbound_hosts: vec!["api.openai.com".into(), "mcp.example.com".into()],
             ..Security::default()
         };
-        let yaml = "name: T\nproviders:\n  llm:\n    a:\n      type: openai\n      model: m\n      api_keys: [k]\n    b:\n      type: openai\n      model: m\n      api_keys: [k]\n      base_url: https://api.openai.com@evil.example/v1\n    c:\n      type: anthropic\n      model: m\n      api_keys: [k]\n    d:\n      type: openai-compatible\n      model: m\n      base_url: \"https://evil.example\\\\@api.openai.com/v1\"\nmcp_servers:\n  h:\n    transport: http\n    url: https://mcp.example.com/mcp\n";
+        let yaml = "name: T\nproviders:\n  llm:\n    a:\n      type: openai\n      model: m\n      api_keys: [k]\n    b:\n      type: openai\n      model: m\n      api_keys: [k]\n      base_url: https://api.openai.com@evil.example/v1\n    c:\n      type: anthropic\n      model: m\n      api_keys: [k]\n    d:\n      type: openai-compatible\n      model: m\n      base_url: \"https://evil.example\\\\@api.openai.com/v1\"\nmcp_servers:\n  - name: h\n    transport: http\n    url: https://mcp.example.com/mcp\n";
         let found = messages(&s, yaml);
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(

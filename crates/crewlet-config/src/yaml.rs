@@ -161,6 +161,32 @@ impl Node {
         }
     }
 
+    /// Where the key ending `path` is written (for a path ending in an
+    /// index, where the item starts); `None` when the document lacks it.
+    pub fn key_loc(&self, path: &YamlPath) -> Option<Loc> {
+        let mut node = self;
+        let last = path.0.len().checked_sub(1)?;
+        for (i, seg) in path.0.iter().enumerate() {
+            match (seg, &node.kind) {
+                (Seg::Key(k), NodeKind::Map(_)) => {
+                    let entry = node.entry(k)?;
+                    if i == last {
+                        return Some(entry.key_loc);
+                    }
+                    node = &entry.value;
+                }
+                (Seg::Index(n), NodeKind::Seq(items)) => {
+                    node = items.get(*n)?;
+                    if i == last {
+                        return Some(node.loc);
+                    }
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
     /// The node at `path`, if the document has it.
     #[cfg(test)]
     pub fn at(&self, path: &YamlPath) -> Option<&Node> {

@@ -57,7 +57,7 @@ fn quickstart_company_validates_and_resolves() {
     assert_eq!(chain(&org, "founder"), Vec::<String>::new());
     assert_eq!(
         org.seat("ceo").map(|s| s.reports.clone()),
-        Some(vec!["pm".into(), "cto".into()])
+        Some(vec!["cto".into(), "pm".into()])
     );
     assert_eq!(
         org.unit("Engineering").and_then(|u| u.lead.clone()),
@@ -132,10 +132,16 @@ fn acme_company_validates_and_resolves() {
         .unwrap_or_else(|| panic!("no Release unit"));
     assert_eq!(release.lead.as_deref(), Some("platform-lead"));
     assert!(release.lead_inherited);
-    // ...but the SRE `manages: [Release]`, which beats the inherited lead.
+    // The SRE `manages: [Release]` too: two managers, and the first in
+    // seat order (the Platform Lead, before the SRE in Platform's roles) is
+    // the one the chain follows, as in the original engine.
     assert_eq!(
         chain(&org, "release-eng"),
-        ["sre", "platform-lead", "vp-eng", "ceo", "founder"]
+        ["platform-lead", "vp-eng", "ceo", "founder"]
+    );
+    assert_eq!(
+        org.seat("release-eng").map(|s| s.managers.clone()),
+        Some(vec!["platform-lead".to_string(), "sre".to_string()])
     );
     assert_eq!(chain(&org, "tech-writer"), ["cpo", "ceo", "founder"]);
     assert_eq!(chain(&org, "designer"), ["cpo", "ceo", "founder"]);
@@ -163,10 +169,10 @@ fn acme_company_validates_and_resolves() {
     let cpo = role("cpo");
     assert_eq!(company.llm_chain(&cpo, Phase::Review), ["claude"]);
     assert_eq!(company.llm_chain(&cpo, Phase::Auxiliary), ["gpt-mini"]);
-    // mcp_env: the units' entries, overlaid by the role's.
+    // mcp_env per server: the unit's entries, overlaid by the role's.
     let sre = org
         .seat("sre")
-        .map(|s| s.mcp_env.clone())
+        .and_then(|s| s.mcp_env.get("github").cloned())
         .unwrap_or_default();
     assert_eq!(
         sre.get("GITHUB_TOOLSETS").map(String::as_str),
@@ -232,7 +238,9 @@ fn agent_ids_are_stable() {
     );
 }
 
-const PINNED_SRE_ID: &str = "2d961111-5175-54cd-866f-03f533335f11";
+/// `uuid5(c1ea9c6e-3f5d-4c9c-9e9f-1d2c3b4a5e6f, "Acme Robotics:sre")`, the
+/// original engine's recipe (computed with Python's `uuid.uuid5`).
+const PINNED_SRE_ID: &str = "1438b840-5746-5a32-b918-86ea973959c2";
 
 #[test]
 fn companies_round_trip_through_json() {

@@ -226,7 +226,7 @@ fn text_that_is_not_utf8_is_located_by_byte_offset_and_line() {
     let offset = bytes.len();
     bytes.extend_from_slice(b"\xE9 au lait\n");
     let checked = check_bytes("company.yaml", &bytes, Some(Tier::Company));
-    assert!(matches!(checked, Checked::Company(Err(_))));
+    assert!(matches!(checked, Checked::Company(Err(_), _)));
     let problems = checked.problems();
     assert_eq!(problems.len(), 1);
     assert_eq!(problems[0].line, Some(5));

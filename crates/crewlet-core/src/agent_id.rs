@@ -4,9 +4,11 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The fixed namespace under which every agent id is derived. Never change it:
-/// agent ids are stored in the database and must stay stable across releases.
-pub const AGENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6f1c_2a4e_9b3d_5c7a_8e21_0d4f_3a6b_9c12);
+/// The fixed namespace under which every agent id is derived: the original
+/// Crewlet engine's (`c1ea9c6e-3f5d-4c9c-9e9f-1d2c3b4a5e6f`), so a company
+/// moved from it keeps its seats' ids, and with them their budgets, diaries
+/// and markers. Never change it: agent ids are stored in the database.
+pub const AGENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0xc1ea_9c6e_3f5d_4c9c_9e9f_1d2c_3b4a_5e6f);
 
 /// A seat's stable identity: uuid5 of `"{company}:{handle}"` under
 /// [`AGENT_ID_NAMESPACE`], identical in every process and after every restart.
@@ -68,8 +70,28 @@ mod tests {
         let id = AgentId::for_seat("Acme", "eng");
         assert_eq!(id.as_uuid().get_version_num(), 5);
         // Pinned so an accidental namespace or format change fails loudly.
-        assert_eq!(id.to_string(), "58e6e698-e622-5fa5-80cf-642f762b2c03");
+        assert_eq!(id.to_string(), "abc7088f-1d7a-5c79-85f7-a7f260c08bcf");
         assert_eq!(id.to_string().parse::<AgentId>().ok(), Some(id));
+    }
+
+    /// The original engine's recipe, `uuid5(ns, f"{org_name}:{handle}")`
+    /// with its namespace, computed independently (Python's `uuid.uuid5`):
+    /// the same seat of the same company has the same id in both engines.
+    #[test]
+    fn ids_match_the_original_engines_recipe() {
+        assert_eq!(
+            AGENT_ID_NAMESPACE.to_string(),
+            "c1ea9c6e-3f5d-4c9c-9e9f-1d2c3b4a5e6f"
+        );
+        for (company, handle, expected) in [
+            ("Nimbus", "agent-ceo", "0ec3466a-48af-545d-a23a-ef0e47702917"),
+            ("Minimal Corp", "engineer", "a4b9bc61-264e-5bf7-8bc6-2c87caf372b7"),
+            ("Acme AI", "ceo", "2ceeb519-da94-59de-aaf2-be0042636a9f"),
+            // Non-ASCII company names: UTF-8 bytes, as Python encodes them.
+            ("Ünïcode Co", "dev-1", "b2a53ff8-754a-549b-a557-e83aeb330470"),
+        ] {
+            assert_eq!(AgentId::for_seat(company, handle).to_string(), expected);
+        }
     }
 
     #[test]

@@ -240,10 +240,10 @@ impl EngineBuilder {
         let te = &company.turn_engine;
         let settings = TurnSettings {
             max_iterations: te.max_iterations,
-            plan_round_cap: te.plan_max_rounds,
-            execute_round_cap: te.execute_max_rounds,
+            plan_round_cap: te.plan_max_tool_rounds,
+            execute_round_cap: te.max_tool_rounds,
             rescue_rounds: te.plan_rescue_rounds,
-            max_delegation_depth: te.delegation_depth_cap,
+            max_delegation_depth: te.delegation_depth_limit,
             turn_timeout: Duration::from_secs(te.turn_timeout_seconds.max(1)),
             stream: options.stream_progress,
             source: "engine.turn".into(),

@@ -38,7 +38,7 @@ pub fn build_registry(
             None
         }
     };
-    for (name, entry) in &company.providers.llm {
+    for (name, entry) in company.llm_providers().iter() {
         let built = provider_config(name, entry, env).and_then(|config| match &client {
             Some(client) => build_provider(&config, client).map_err(|e| e.to_string()),
             None => Err("the http client could not be built".to_owned()),
@@ -72,6 +72,11 @@ fn provider_config(
         LlmKind::Openai => ProviderKind::OpenAi,
         LlmKind::Anthropic => ProviderKind::Anthropic,
         LlmKind::OpenaiCompatible => ProviderKind::OpenAiCompatible,
+        LlmKind::CliAgent => {
+            return Err(format!(
+                "provider `{name}` is a cli-agent (subscription) backend, which Crewlet does not have yet"
+            ));
+        }
     };
     let mut keys = Vec::new();
     for (i, raw) in entry.api_keys.iter().enumerate() {
@@ -82,14 +87,28 @@ fn provider_config(
             keys.push(key);
         }
     }
+    // No keys configured: the type's conventional variable, as the original
+    // engine reads it (through the same lookup, so `security.company_env`
+    // still decides whether the company may read it).
+    if entry.api_keys.is_empty()
+        && let Some(var) = entry.kind.conventional_key_var()
+        && let Some(key) = env(var).filter(|k| !k.trim().is_empty())
+    {
+        crewlet_telemetry::register_secret(key.clone());
+        keys.push(key);
+    }
     if keys.is_empty() && kind != ProviderKind::OpenAiCompatible {
+        let fallback = match entry.kind.conventional_key_var() {
+            Some(var) if entry.api_keys.is_empty() => format!(" and `{var}` is not set"),
+            _ => String::new(),
+        };
         return Err(format!(
-            "no api key: `api_keys` of {kind} provider `{name}` is empty or its variables are empty"
+            "no api key: `api_keys` of {kind} provider `{name}` is empty or its variables are empty{fallback}"
         ));
     }
     let mut config = ProviderConfig::new(name, kind, entry.model.clone())
         .with_keys(keys)
-        .with_timeout(Duration::from_secs(entry.timeout_seconds.max(1)));
+        .with_timeout(Duration::from_secs_f64(entry.timeout_seconds.clamp(0.001, 86_400.0)));
     if let Some(url) = &entry.base_url {
         config = config.with_base_url(expand("base_url", url)?);
     }
@@ -116,7 +135,7 @@ pub fn role_llm(company: &Company, role: &Role) -> RoleLlm {
     ] {
         let chain = company.llm_chain(role, config_phase);
         if !chain.is_empty() {
-            out = out.with_phase(phase, chain.into_iter().map(str::to_owned));
+            out = out.with_phase(phase, chain);
         }
     }
     out

@@ -57,6 +57,8 @@ pub enum RouteRule {
     Assignee,
     Mention,
     ThreadFollow,
+    /// An org-wide seat that owns the project (`integrations.jira.project`, ...).
+    ProjectOwner,
     UnitLead,
     TopLead,
 }
@@ -68,6 +70,7 @@ impl RouteRule {
             RouteRule::Assignee => "assignee",
             RouteRule::Mention => "mention",
             RouteRule::ThreadFollow => "thread_follow",
+            RouteRule::ProjectOwner => "project_owner",
             RouteRule::UnitLead => "unit_lead",
             RouteRule::TopLead => "top_lead",
         }
@@ -85,7 +88,7 @@ pub enum Routing {
 pub struct NotificationRouter {
     org: Arc<Organization>,
     /// `integrations` of each unit, aligned with `org.units()`.
-    units: Vec<UnitIntegrations>,
+    units: Vec<UnitOwns>,
     queue: Arc<dyn EventQueue>,
     follows: Arc<dyn ThreadFollows>,
     claims: Arc<dyn WebhookDeliveries>,
@@ -98,9 +101,19 @@ pub struct NotificationRouter {
     stopping: AtomicBool,
 }
 
-fn units_preorder(list: &[Unit], out: &mut Vec<UnitIntegrations>) {
+/// What a unit owns, for routing: its `integrations` and `slack_channel`.
+#[derive(Debug, Clone, Default)]
+struct UnitOwns {
+    integrations: UnitIntegrations,
+    slack_channel: Option<String>,
+}
+
+fn units_preorder(list: &[Unit], out: &mut Vec<UnitOwns>) {
     for u in list {
-        out.push(u.integrations.clone());
+        out.push(UnitOwns {
+            integrations: u.integrations.clone(),
+            slack_channel: u.slack_channel.clone(),
+        });
         units_preorder(&u.children, out);
     }
 }
@@ -123,37 +136,62 @@ fn identities(seat: &Seat, source: Source) -> Vec<&str> {
         }
         Source::Github => {
             out.push(i.github.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.github.as_deref()));
+            out.push(c.and_then(|c| c.github_login.as_deref()));
         }
         Source::Gitlab => {
             out.push(i.gitlab.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.gitlab.as_deref()));
+            out.push(c.and_then(|c| c.gitlab_username.as_deref()));
         }
         Source::Plane => {
             out.push(i.plane.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.plane.as_deref()));
+            out.push(c.and_then(|c| c.plane_user_id.as_deref()));
         }
         Source::Jira => {
             out.push(i.jira.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.jira.as_deref()));
+            out.push(c.and_then(|c| c.atlassian_account_id.as_deref()));
         }
         Source::Confluence => {
             out.push(i.confluence.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.jira.as_deref()));
+            out.push(c.and_then(|c| c.atlassian_account_id.as_deref()));
         }
     }
     out.push(c.and_then(|c| c.email.as_deref()));
+    out.push(r.email.as_deref());
     if source != Source::Slack {
         // `@eng` in a comment names the seat by its handle.
         out.push(Some(seat.handle.as_str()));
     }
     out.into_iter()
         .flatten()
-        .filter(|s| !s.trim().is_empty())
+        // A `${VAR}` identity is not expanded here: it matches nobody.
+        .filter(|s| !s.trim().is_empty() && !s.contains("${"))
         .collect()
 }
 
-fn unit_owns(u: &UnitIntegrations, source: Source, project: &str) -> bool {
+/// The project, space or channel an org-wide seat owns on `source`.
+fn seat_owns(seat: &Seat, source: Source, project: &str) -> bool {
+    let i = &seat.role.integrations;
+    let owned = match source {
+        Source::Jira => i.jira.as_ref().and_then(|j| j.project.as_deref()),
+        Source::Plane => i.plane.as_ref().and_then(|p| p.project.as_deref()),
+        Source::Confluence => i.confluence.as_ref().and_then(|c| c.space.as_deref()),
+        _ => None,
+    };
+    owned.is_some_and(|p| !p.trim().is_empty() && p.eq_ignore_ascii_case(project))
+}
+
+fn unit_owns(owns: &UnitOwns, source: Source, project: &str) -> bool {
+    let u = &owns.integrations;
+    let single = match source {
+        Source::Slack => owns.slack_channel.as_deref(),
+        Source::Jira => u.jira.as_ref().map(|j| j.project.as_str()),
+        Source::Confluence => u.confluence.as_ref().map(|c| c.space.as_str()),
+        Source::Plane => u.plane.as_ref().map(|p| p.project.as_str()),
+        Source::Github | Source::Gitlab => None,
+    };
+    if single.is_some_and(|p| !p.trim().is_empty() && p.eq_ignore_ascii_case(project)) {
+        return true;
+    }
     let list = match source {
         Source::Slack => &u.slack_channels,
         Source::Github => &u.github_repositories,
@@ -195,7 +233,7 @@ impl NotificationRouter {
         let mut units = Vec::new();
         units_preorder(&company.units, &mut units);
         if units.len() != org.units().len() {
-            units.resize(org.units().len(), UnitIntegrations::default());
+            units.resize(org.units().len(), UnitOwns::default());
         }
         Self {
             org,
@@ -314,6 +352,17 @@ impl NotificationRouter {
                 }
                 Err(e) => warn!(error = %e, "cannot read thread follows; routing without them"),
             }
+        }
+        // An org-wide seat owning the project (the original's routing for
+        // root roles' `integrations.jira.project`, ...).
+        if let Some(s) = self
+            .org
+            .seats()
+            .iter()
+            .filter(|s| s.unit.is_none() && s.kind == SeatKind::Agent)
+            .find(|s| seat_owns(s, n.source, &n.channel_or_project))
+        {
+            return self.unless_own_message(s, n, chosen(s, RouteRule::ProjectOwner));
         }
         // The deepest unit owning the channel or project (parents come first).
         let owner = self.org.units().iter().enumerate().rev().find(|(i, _)| {

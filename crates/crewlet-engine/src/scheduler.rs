@@ -138,7 +138,7 @@ impl Scheduler {
                     return;
                 }
             };
-            let zone = match Zone::parse(&s.timezone) {
+            let zone = match Zone::parse(company.schedule_timezone(s)) {
                 Ok(z) => z,
                 Err(e) => {
                     problems.push(format!("{scope} schedule `{}`: {e}", s.name));

@@ -46,19 +46,29 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let checked = check_bytes(&source, &bytes, tier);
     let problems = checked.problems();
+    let warnings = checked.warnings();
     let mut out = String::new();
     if args.json {
         out = serde_json::to_string_pretty(problems).context("cannot encode the problems")?;
         out.push('\n');
+        // The JSON array is problems only; warnings go to stderr as text.
+        let mut text = String::new();
+        warning_lines(&mut text, warnings);
+        std::io::stderr()
+            .lock()
+            .write_all(text.as_bytes())
+            .context("cannot write to stderr")?;
     } else if problems.is_empty() {
+        warning_lines(&mut out, warnings);
         match &checked {
-            Checked::Company(Ok((company, org))) => {
+            Checked::Company(Ok((company, org)), _) => {
                 company_summary(&mut out, &source, company, org)
             }
-            Checked::Bootstrap(Ok(b)) => bootstrap_summary(&mut out, &source, b),
+            Checked::Bootstrap(Ok(b), _) => bootstrap_summary(&mut out, &source, b),
             _ => {}
         }
     } else {
+        warning_lines(&mut out, warnings);
         report(&mut out, &source, problems);
     }
     std::io::stdout()
@@ -70,6 +80,25 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `file:line:column: warning: path: message`, one per line.
+fn warning_lines(out: &mut String, warnings: &[Problem]) {
+    for w in warnings {
+        let mut at = w.file.clone();
+        if let Some(line) = w.line {
+            at.push_str(&format!(":{line}"));
+            if let Some(column) = w.column {
+                at.push_str(&format!(":{column}"));
+            }
+        }
+        let path = if w.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", w.path)
+        };
+        let _ = writeln!(out, "{at}: warning: {path}{}", w.message);
+    }
 }
 
 fn report(out: &mut String, source: &str, problems: &[Problem]) {
@@ -102,7 +131,7 @@ fn company_summary(out: &mut String, source: &str, company: &Company, org: &Orga
         plural(org.seats().len(), "seat"),
         org.seats().len() - humans,
         humans,
-        plural(company.providers.llm.len(), "LLM provider"),
+        plural(company.llm_providers().len(), "LLM provider"),
         plural(company.mcp_servers.len(), "MCP server"),
     );
     let width = org

@@ -182,6 +182,7 @@ pub fn api_config(tokens: bool, anonymous_read: bool) -> ApiConfig {
             },
             allow_anonymous_read: anonymous_read,
             allowed_origins: vec!["https://dash.example.com".into()],
+            ..ApiAuth::default()
         },
         ..ApiConfig::default()
     }

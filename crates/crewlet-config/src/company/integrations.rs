@@ -1,6 +1,7 @@
 //! Connections to the outside world: company-wide blocks, what a unit owns
 //! (for routing), and a seat's own accounts.
 
+use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,12 +29,24 @@ pub struct Integrations {
     /// configured on the role, under `integrations.slack`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack: Option<SlackIntegration>,
+    /// Mattermost chat: server, team, bot provisioning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "Mattermost is not supported yet"))]
+    pub mattermost: Option<MattermostIntegration>,
+    /// The Atlassian Forge app whose signed events `/webhooks/forge` accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "Forge events are not accepted yet"))]
+    pub forge_app_id: Option<String>,
 }
 
 /// GitHub.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GithubIntegration {
+    /// Declares the integration on; it then needs the settings marked
+    /// required below (a webhook without its secret still answers 503).
+    #[serde(default)]
+    pub enabled: bool,
     /// Secret the webhook signatures are made with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_secret: Option<String>,
@@ -53,6 +66,10 @@ fn default_github_url() -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GitlabIntegration {
+    /// Declares the integration on; it then needs the settings marked
+    /// required below (a webhook without its secret still answers 503).
+    #[serde(default)]
+    pub enabled: bool,
     /// Classic secret token, compared with `X-Gitlab-Token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_token: Option<String>,
@@ -65,6 +82,45 @@ pub struct GitlabIntegration {
     /// Token for the REST client when a seat has none of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// Creating the seats' GitLab users and group membership.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "GitLab provisioning is not built yet"))]
+    pub provisioning: Option<GitlabProvisioning>,
+}
+
+/// GitLab provisioning (accepted, not acted on yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitlabProvisioning {
+    /// Group the seats' users join.
+    #[serde(default)]
+    pub group: String,
+    /// Access level of the seats in the group.
+    #[serde(default = "default_gitlab_access")]
+    pub access_level: String,
+    /// Access level per seat handle, overriding `access_level`.
+    #[serde(default)]
+    pub access_levels: IndexMap<String, String>,
+    /// Prefix of the seats' usernames.
+    #[serde(default)]
+    pub username_prefix: String,
+    /// Projects the seats join.
+    #[serde(default)]
+    pub projects: Vec<String>,
+    /// Whether to create the group webhook (`auto`, ...).
+    #[serde(default = "default_auto")]
+    pub group_webhook: String,
+    /// Scopes of the seats' access tokens.
+    #[serde(default)]
+    pub token_scopes: Vec<String>,
+}
+
+fn default_gitlab_access() -> String {
+    "developer".into()
+}
+
+fn default_auto() -> String {
+    "auto".into()
 }
 
 fn default_gitlab_url() -> String {
@@ -75,6 +131,10 @@ fn default_gitlab_url() -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaneIntegration {
+    /// Declares the integration on; it then needs the settings marked
+    /// required below (a webhook without its secret still answers 503).
+    #[serde(default)]
+    pub enabled: bool,
     /// Secret for the hex HMAC in `X-Plane-Signature`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_secret: Option<String>,
@@ -87,6 +147,39 @@ pub struct PlaneIntegration {
     /// API token when a seat has none of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// Creating the seats' Plane users and project membership.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "Plane provisioning is not built yet"))]
+    pub provisioning: Option<PlaneProvisioning>,
+}
+
+/// Plane provisioning (accepted, not acted on yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlaneProvisioning {
+    /// Workspace role of the seats.
+    #[serde(default = "default_plane_role")]
+    pub role: String,
+    /// Role per seat handle, overriding `role`.
+    #[serde(default)]
+    pub roles: IndexMap<String, String>,
+    /// Prefix of the seats' usernames.
+    #[serde(default)]
+    pub username_prefix: String,
+    /// Projects the seats join.
+    #[serde(default)]
+    pub projects: Vec<String>,
+    /// Days the seats' tokens are valid.
+    #[serde(default = "default_token_expiry")]
+    pub token_expiry_days: u32,
+}
+
+fn default_plane_role() -> String {
+    "member".into()
+}
+
+fn default_token_expiry() -> u32 {
+    364
 }
 
 fn default_plane_url() -> String {
@@ -103,6 +196,10 @@ pub struct JiraIntegration {
     /// Site URL, e.g. `https://acme.atlassian.net`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Atlassian Cloud id: reach the site through the Atlassian API gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the Atlassian API gateway is not used yet; set `url`"))]
+    pub cloud_id: Option<String>,
     /// Account email for API-token authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
@@ -121,6 +218,14 @@ pub struct ConfluenceIntegration {
     /// Site URL, e.g. `https://acme.atlassian.net/wiki`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Atlassian Cloud id: reach the site through the Atlassian API gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the Atlassian API gateway is not used yet; set `url`"))]
+    pub cloud_id: Option<String>,
+    /// Public site URL used in links agents share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "links are not rewritten yet"))]
+    pub site_url: Option<String>,
     /// Account email for API-token authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
@@ -136,6 +241,80 @@ pub struct SlackIntegration {
     /// Web API base URL (change it only for a test server).
     #[serde(default = "default_slack_url")]
     pub api_url: String,
+    /// When a seat shows a working status in chat: `off`, `addressed`, `always`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "working statuses are not shown yet"))]
+    pub typing_status: Option<WorkingStatus>,
+    /// Phrases for the working status, per phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "working statuses are not shown yet"))]
+    pub status_phrases: Option<StatusPhrases>,
+}
+
+/// When a seat shows a working status on a chat backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkingStatus {
+    Off,
+    Addressed,
+    Always,
+}
+
+/// Working-status phrases per turn phase.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusPhrases {
+    /// Phrases while onboarding.
+    #[serde(default)]
+    pub onboarding: Vec<String>,
+    /// Phrases while planning.
+    #[serde(default)]
+    pub plan: Vec<String>,
+    /// Phrases while executing.
+    #[serde(default)]
+    pub execute: Vec<String>,
+    /// Phrases while reviewing.
+    #[serde(default)]
+    pub review: Vec<String>,
+    /// Phrases for any other phase.
+    #[serde(default)]
+    pub default: Vec<String>,
+}
+
+/// Mattermost (accepted, not connected yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MattermostIntegration {
+    /// Turns Mattermost on.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Server URL.
+    #[serde(default)]
+    pub url: String,
+    /// Team name.
+    #[serde(default)]
+    pub team: String,
+    /// When a seat shows it is working.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typing_status: Option<WorkingStatus>,
+    /// Creating the seats' bots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<MattermostProvisioning>,
+}
+
+/// Mattermost bot provisioning.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MattermostProvisioning {
+    /// Prefix of the bots' usernames.
+    #[serde(default)]
+    pub username_prefix: String,
+    /// Channels the bots join.
+    #[serde(default)]
+    pub channels: Vec<String>,
+    /// Suffix of the bots' display names.
+    #[serde(default)]
+    pub display_name_suffix: String,
 }
 
 fn default_slack_url() -> String {
@@ -147,6 +326,15 @@ fn default_slack_url() -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnitIntegrations {
+    /// The unit's Jira project (`{project: KEY}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jira: Option<ProjectIdentity>,
+    /// The unit's Confluence space (`{space: KEY}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confluence: Option<SpaceIdentity>,
+    /// The unit's Plane project (`{project: ID}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plane: Option<ProjectIdentity>,
     /// GitHub repositories, as `owner/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub github_repositories: Vec<String>,
@@ -167,6 +355,24 @@ pub struct UnitIntegrations {
     pub slack_channels: Vec<String>,
 }
 
+/// A Jira or Plane project a unit or an org-wide seat owns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectIdentity {
+    /// Project key (Jira) or id or identifier (Plane).
+    #[serde(default)]
+    pub project: String,
+}
+
+/// A Confluence space a unit or an org-wide seat owns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpaceIdentity {
+    /// Space key.
+    #[serde(default)]
+    pub space: String,
+}
+
 /// A seat's own identities on outside systems: an agent acts through them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -180,15 +386,19 @@ pub struct RoleIntegrations {
     /// The seat's GitLab account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gitlab: Option<SeatAccount>,
-    /// The seat's Plane account.
+    /// The Plane project an org-wide seat owns, and the seat's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plane: Option<SeatAccount>,
-    /// The seat's Jira account.
+    pub plane: Option<TrackerSeat>,
+    /// The Jira project an org-wide seat owns, and the seat's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jira: Option<SeatAccount>,
-    /// The seat's Confluence account.
+    pub jira: Option<TrackerSeat>,
+    /// The Confluence space an org-wide seat owns, and the seat's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confluence: Option<SeatAccount>,
+    pub confluence: Option<WikiSeat>,
+    /// The seat's Mattermost bot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "Mattermost is not supported yet"))]
+    pub mattermost: Option<MattermostSeat>,
 }
 
 impl RoleIntegrations {
@@ -210,6 +420,57 @@ pub struct SlackSeat {
     /// The bot's Slack user id, for recognizing @-mentions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bot_user_id: Option<String>,
+    /// Default channel of the seat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "seats post to no default channel yet"))]
+    pub channel: Option<String>,
+}
+
+/// A seat's Mattermost bot (accepted, not connected yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MattermostSeat {
+    /// The bot's token.
+    #[serde(default)]
+    pub bot_token: String,
+    /// The bot's username; empty: the handle.
+    #[serde(default)]
+    pub username: String,
+    /// The seat's default channel.
+    #[serde(default)]
+    pub channel: String,
+}
+
+/// A tracker project an org-wide seat owns (routing), and the seat's account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrackerSeat {
+    /// Project an org-wide seat owns: its notifications that address no
+    /// seat go to this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Login, account id or email of the seat's account, for recognizing
+    /// assignments and @-mentions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The account's API token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// A wiki space an org-wide seat owns (routing), and the seat's account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WikiSeat {
+    /// Space an org-wide seat owns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
+    /// The seat's account, for recognizing @-mentions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The account's API token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// A seat's account on a tracker or code host.

@@ -10,23 +10,46 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct LlmProvider {
     /// The API the endpoint speaks.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default = "default_llm_kind")]
     pub kind: LlmKind,
     /// Model name sent with every request, e.g. `gpt-4.1` or `claude-sonnet-4-5`.
+    #[serde(default = "default_llm_model")]
     #[schemars(length(min = 1))]
     pub model: String,
     /// API keys, usually `${VAR}` references. Calls go to the key with the
     /// fewest calls in flight; a rate-limited or refused key cools down.
+    /// Empty: the conventional variable of the type (`OPENAI_API_KEY` for
+    /// `openai` and `openai-compatible`, `ANTHROPIC_API_KEY` for `anthropic`).
     #[serde(default)]
     pub api_keys: Vec<String>,
+    /// How long a refused key rests, by kind of refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "key rest times are fixed (see docs/llm.md)"))]
+    pub cooldowns: Option<super::later::Cooldowns>,
     /// Endpoint base URL; required for `openai-compatible` (vLLM, Ollama,
     /// LiteLLM, ...), optional otherwise (a proxy or a test server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
-    /// Per-request timeout.
+    /// Per-request timeout, in seconds.
     #[serde(default = "default_llm_timeout")]
-    #[schemars(range(min = 1))]
-    pub timeout_seconds: u64,
+    #[schemars(range(min = 0.001))]
+    pub timeout_seconds: f64,
+    /// Reasoning (extended thinking) for models that offer it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "reasoning settings are not sent yet"))]
+    pub reasoning: Option<bool>,
+    /// OpenAI reasoning effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "reasoning settings are not sent yet"))]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// Anthropic thinking budget, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "reasoning settings are not sent yet"))]
+    pub reasoning_budget_tokens: Option<u32>,
+    /// The coding CLI a `cli-agent` provider drives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "subscription (cli-agent) backends are not built yet"))]
+    pub cli: Option<super::later::CliAgent>,
     /// Sampling temperature; the provider's default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 2.0))]
@@ -37,8 +60,47 @@ pub struct LlmProvider {
     pub max_tokens: Option<u32>,
 }
 
-fn default_llm_timeout() -> u64 {
-    120
+fn default_llm_timeout() -> f64 {
+    120.0
+}
+
+fn default_llm_kind() -> LlmKind {
+    LlmKind::Openai
+}
+
+fn default_llm_model() -> String {
+    "gpt-4o".into()
+}
+
+/// OpenAI reasoning effort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    Low,
+    Medium,
+    High,
+    Max,
+}
+
+impl LlmProvider {
+    /// A provider of `kind` with every default (`model: gpt-4o`, no keys:
+    /// the conventional variable).
+    pub fn with_defaults(kind: LlmKind) -> Self {
+        Self {
+            kind,
+            model: default_llm_model(),
+            api_keys: Vec::new(),
+            cooldowns: None,
+            base_url: None,
+            timeout_seconds: default_llm_timeout(),
+            reasoning: None,
+            reasoning_effort: None,
+            reasoning_budget_tokens: None,
+            cli: None,
+            temperature: None,
+            max_tokens: None,
+        }
+    }
 }
 
 /// Which API an LLM endpoint speaks.
@@ -51,6 +113,21 @@ pub enum LlmKind {
     Anthropic,
     /// Any server with an OpenAI-compatible chat completions API at `base_url`.
     OpenaiCompatible,
+    /// A coding CLI on a subscription (see `cli`). Accepted for the
+    /// original's companies; not built yet: a seat whose chain reaches only
+    /// such providers fails its turns with `llm_unavailable`.
+    CliAgent,
+}
+
+impl LlmKind {
+    /// The variable read when `api_keys` is empty.
+    pub fn conventional_key_var(self) -> Option<&'static str> {
+        match self {
+            LlmKind::Openai | LlmKind::OpenaiCompatible => Some("OPENAI_API_KEY"),
+            LlmKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            LlmKind::CliAgent => None,
+        }
+    }
 }
 
 impl fmt::Display for LlmKind {
@@ -59,6 +136,7 @@ impl fmt::Display for LlmKind {
             LlmKind::Openai => "openai",
             LlmKind::Anthropic => "anthropic",
             LlmKind::OpenaiCompatible => "openai-compatible",
+            LlmKind::CliAgent => "cli-agent",
         })
     }
 }
@@ -68,13 +146,16 @@ impl fmt::Display for LlmKind {
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingsProvider {
     /// The API the endpoint speaks.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default = "default_embeddings_kind")]
     pub kind: EmbeddingsKind,
     /// Embedding model name.
     #[serde(default = "default_embedding_model")]
     pub model: String,
-    /// API keys, usually `${VAR}` references.
-    #[serde(default)]
+    /// API key, usually a `${VAR}` reference; empty: `OPENAI_API_KEY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// Crewlet addition: several keys, used in turn (after `api_key`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_keys: Vec<String>,
     /// Endpoint base URL; required for `openai-compatible`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +169,22 @@ pub struct EmbeddingsProvider {
     #[serde(default = "default_embedding_timeout")]
     #[schemars(range(min = 1))]
     pub timeout_seconds: u64,
+}
+
+fn default_embeddings_kind() -> EmbeddingsKind {
+    EmbeddingsKind::Openai
+}
+
+impl EmbeddingsProvider {
+    /// Every key configured: `api_key`, then `api_keys`, blanks left out.
+    pub fn keys(&self) -> Vec<&str> {
+        self.api_key
+            .iter()
+            .chain(self.api_keys.iter())
+            .map(String::as_str)
+            .filter(|k| !k.trim().is_empty())
+            .collect()
+    }
 }
 
 fn default_embedding_model() -> String {
@@ -192,6 +289,18 @@ pub struct LlmPhases {
     /// Model for side work (diary filtering, reflection).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auxiliary: Option<LlmChoice>,
+    /// Model for sub-agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "sub-agents are not built yet"))]
+    pub subagent: Option<LlmChoice>,
+    /// Model for judging work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "there is no judge phase yet"))]
+    pub judge: Option<LlmChoice>,
+    /// Model for code-sandbox work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
+    pub sandbox: Option<LlmChoice>,
 }
 
 impl LlmPhases {

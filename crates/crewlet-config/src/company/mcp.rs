@@ -10,12 +10,20 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServer {
+    /// The server's name, unique in `mcp_servers`; roles' `mcp_env` and
+    /// tool events refer to it.
+    #[schemars(length(min = 1))]
+    pub name: String,
     /// How to reach the server.
     #[serde(default)]
     pub transport: McpTransport,
-    /// Who shares one running instance.
-    #[serde(default)]
-    pub scope: McpScope,
+    /// `true`: one instance whose tools every agent seat gets. `false`: no
+    /// company-wide instance; the entry is a template started once for each
+    /// agent seat that has credentials for it in `mcp_env.<name>` (its own or
+    /// its unit's), with those values as environment variables (stdio) or
+    /// headers (http).
+    #[serde(default = "default_true")]
+    pub shared: bool,
     /// Program to start (`stdio` only). It must be listed exactly in the
     /// bootstrap file's `security.mcp_commands` (unless
     /// `security.allow_any_mcp_command`); `env` may not set loader variables
@@ -29,28 +37,41 @@ pub struct McpServer {
     /// the bootstrap's `security.company_env` allows.
     #[serde(default)]
     pub env: IndexMap<String, String>,
+    /// Prefix for this server's tool names as agents see them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "tool names are always the server's own"))]
+    pub tool_prefix: Option<String>,
     /// Endpoint URL (`http` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// HTTP headers sent with every request (`http` only); values may use `${VAR}`.
     #[serde(default)]
     pub headers: IndexMap<String, String>,
-    /// Time allowed for the server to start and list its tools.
+    /// Per-tool behaviour hints (`read_only`, `destructive`, `open_world`)
+    /// overriding what the server advertises, by bare tool name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "tool behaviour hints are not used yet"))]
+    pub tool_annotations: Option<IndexMap<String, serde_json::Map<String, serde_json::Value>>>,
+    /// Time allowed for the server to start and list its tools, in seconds.
     #[serde(default = "default_startup_timeout")]
-    #[schemars(range(min = 1))]
-    pub startup_timeout_seconds: u64,
-    /// Time allowed for one tool call.
+    #[schemars(range(min = 0.001))]
+    pub startup_timeout_seconds: f64,
+    /// Time allowed for one tool call, in seconds.
     #[serde(default = "default_request_timeout")]
-    #[schemars(range(min = 1))]
-    pub request_timeout_seconds: u64,
+    #[schemars(range(min = 0.001))]
+    pub request_timeout_seconds: f64,
 }
 
-fn default_startup_timeout() -> u64 {
-    120
+fn default_true() -> bool {
+    true
 }
 
-fn default_request_timeout() -> u64 {
-    300
+fn default_startup_timeout() -> f64 {
+    120.0
+}
+
+fn default_request_timeout() -> f64 {
+    300.0
 }
 
 /// How an MCP server is reached.
@@ -62,16 +83,4 @@ pub enum McpTransport {
     Stdio,
     /// A streamable HTTP endpoint.
     Http,
-}
-
-/// Who shares one instance of an MCP server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum McpScope {
-    /// One instance; every agent seat gets its tools.
-    #[default]
-    Shared,
-    /// One instance per role that lists it in its `mcp_servers`, started with
-    /// that role's `mcp_env` (the role's own credentials).
-    PerRole,
 }

@@ -1,12 +1,17 @@
 //! Tier B: the company YAML (founder-owned, imported as a versioned revision).
 
 mod integrations;
+pub mod later;
+mod learning;
 mod llm;
 mod mcp;
 mod role;
 mod schedule;
+mod rules;
 mod unit;
 pub(crate) mod validate;
+
+use std::borrow::Cow;
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -14,12 +19,14 @@ use serde::{Deserialize, Serialize};
 
 pub use integrations::{
     ConfluenceIntegration, GithubIntegration, GitlabIntegration, Integrations, JiraIntegration,
-    PlaneIntegration, RoleIntegrations, SeatAccount, SlackIntegration, SlackSeat, UnitIntegrations,
+    PlaneIntegration, ProjectIdentity, RoleIntegrations, SeatAccount, SlackIntegration, SlackSeat,
+    SpaceIdentity, TrackerSeat, UnitIntegrations, WikiSeat,
 };
+pub use learning::Learning;
 pub use llm::{
     EmbeddingsKind, EmbeddingsProvider, LlmChoice, LlmKind, LlmPhases, LlmProvider, LlmSpec, Phase,
 };
-pub use mcp::{McpScope, McpServer, McpTransport};
+pub use mcp::{McpServer, McpTransport};
 pub use role::{Contact, Role, SeatKind};
 pub use schedule::{Schedule, ScheduleTarget};
 pub use unit::Unit;
@@ -43,6 +50,15 @@ pub struct Company {
     /// Rules every agent follows, one sentence each.
     #[serde(default)]
     pub policies: Vec<String>,
+    /// Read scope of the knowledge system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the knowledge system is not built yet"))]
+    pub knowledge: Option<later::Knowledge>,
+    /// Values substituted for `${name}` in tool-skill text (keys are
+    /// identifiers: letters, digits, `_`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "tool skills are not built yet"))]
+    pub skill_variables: Option<IndexMap<String, String>>,
     /// Models the seats may use.
     #[serde(default)]
     pub providers: CompanyProviders,
@@ -58,11 +74,25 @@ pub struct Company {
     /// The scheduler that fires `schedules`.
     #[serde(default)]
     pub scheduling: Scheduling,
-    /// MCP tool servers by name. `shared` servers serve every agent seat;
-    /// `per_role` servers start once per role that lists them in its
-    /// `mcp_servers`, with that role's `mcp_env`.
+    /// MCP tool servers, each with a unique `name`. `shared: true` servers
+    /// serve every agent seat; `shared: false` servers start once for each
+    /// agent seat with an `mcp_env.<name>` entry (its own or its unit's).
     #[serde(default)]
-    pub mcp_servers: IndexMap<String, McpServer>,
+    pub mcp_servers: Vec<McpServer>,
+    /// Notifications a seat may receive per minute; 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "notifications are not rate-limited yet"))]
+    pub notification_rate_limit: Option<u64>,
+    /// Seconds an idle seat's inbox waits to batch a burst of notifications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 60.0))]
+    #[schemars(extend("x-crewlet-inert" = "notifications are not batched yet"))]
+    pub notification_coalesce_window_seconds: Option<f64>,
+    /// Most notifications merged into one batched task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    #[schemars(extend("x-crewlet-inert" = "notifications are not batched yet"))]
+    pub notification_coalesce_max_batch: Option<u32>,
     /// Company-wide connections to trackers, code hosts and wikis: webhook
     /// secrets and what the outbound clients need.
     #[serde(default)]
@@ -73,6 +103,10 @@ pub struct Company {
     /// The org chart: units nest to any depth through `children`.
     #[serde(default)]
     pub units: Vec<Unit>,
+    /// Python extensions of the original engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "extensions are not supported"))]
+    pub extensions: Option<Vec<serde_json::Map<String, serde_json::Value>>>,
 }
 
 /// The company's model providers.
@@ -86,90 +120,131 @@ pub struct CompanyProviders {
     /// The embedding model used by learning (diary, episodes, skills).
     /// Without one, learning degrades to recency and the engine still runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "agent memory, which uses embeddings, is not built yet"))]
     pub embeddings: Option<EmbeddingsProvider>,
+    /// The code-sandbox provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
+    pub sandbox: Option<later::SandboxProvider>,
 }
 
-/// Limits of one turn and of the engine as a whole.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Limits of one turn and of the engine as a whole. The original engine's
+/// names and defaults, plus Crewlet's own (`plan_rescue_rounds`,
+/// `turn_timeout_seconds`, `max_concurrent_turns`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TurnEngine {
     /// Plan -> Execute -> Review passes per turn; more trips the `max_iter` guard.
     #[schemars(range(min = 1))]
     pub max_iterations: u32,
-    /// Tool-loop rounds allowed while planning.
-    #[schemars(range(min = 1))]
-    pub plan_max_rounds: u32,
-    /// Extra rounds with `tool_choice: required` when the model does not call
-    /// `submit_plan`; after them the turn is skipped.
-    pub plan_rescue_rounds: u32,
     /// Tool-loop rounds allowed while executing.
     #[schemars(range(min = 1))]
-    pub execute_max_rounds: u32,
-    /// Wall-clock limit of one turn; past it the `timeout` guard fires.
+    pub max_tool_rounds: u32,
+    /// Tool-loop rounds allowed while planning.
     #[schemars(range(min = 1))]
-    pub turn_timeout_seconds: u64,
-    /// Turns running at once across all seats (each seat runs one at a time).
-    #[schemars(range(min = 1))]
-    pub max_concurrent_turns: u32,
+    pub plan_max_tool_rounds: u32,
     /// How deep delegation between seats may nest before the `depth_cap` guard fires.
     #[schemars(range(min = 1))]
-    pub delegation_depth_cap: u32,
+    pub delegation_depth_limit: u32,
+    /// Crewlet: extra rounds with `tool_choice: required` when the model does
+    /// not call `submit_plan`; after them the turn is skipped.
+    pub plan_rescue_rounds: u32,
+    /// Crewlet: wall-clock limit of one turn; past it the `timeout` guard fires.
+    #[schemars(range(min = 1))]
+    pub turn_timeout_seconds: u64,
+    /// Crewlet: turns running at once across all seats (each seat runs one at a time).
+    #[schemars(range(min = 1))]
+    pub max_concurrent_turns: u32,
+    /// Tool-loop rounds of a seat's onboarding turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "onboarding turns are not built yet"))]
+    pub onboarding_max_tool_rounds: Option<u32>,
+    /// Turns a sub-agent may take.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    pub subagent_max_turns: Option<u32>,
+    /// Seconds one sub-agent may run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    pub subagent_timeout_seconds: Option<f64>,
+    /// Share of the turn's budget sub-agents may spend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    pub subagent_budget_fraction: Option<f64>,
+    /// Sub-agents running at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    pub subagent_max_parallel: Option<u32>,
+    /// Seconds a batch of sub-agents may run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    pub subagent_batch_timeout_seconds: Option<f64>,
+    /// Fewest tokens each sub-agent of a batch is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    pub subagent_min_per_child_tokens: Option<u32>,
+    /// Tools Execute always offers, whatever Plan chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "Execute offers the tools Plan chose plus the built-ins"))]
+    pub executor_always_on_tools: Option<Vec<String>>,
+    /// Let a busy tool loop ask for more rounds, up to the ceilings below.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = EXTENSION))]
+    pub extension_enabled: Option<bool>,
+    /// Most Plan rounds with extensions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = EXTENSION))]
+    pub plan_max_tool_rounds_ceiling: Option<u32>,
+    /// Most Execute rounds with extensions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = EXTENSION))]
+    pub execute_max_tool_rounds_ceiling: Option<u32>,
+    /// Most onboarding rounds with extensions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = EXTENSION))]
+    pub onboarding_max_tool_rounds_ceiling: Option<u32>,
+    /// Rounds one extension adds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = EXTENSION))]
+    pub extension_round_step: Option<u32>,
+    /// Share of the turn's budget a sandbox run may spend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
+    pub sandbox_budget_fraction: Option<f64>,
+    /// Fewest tokens a sandbox run is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
+    pub sandbox_min_budget_tokens: Option<u32>,
 }
+
+const SUBAGENTS: &str = "sub-agents are not built yet";
+const EXTENSION: &str = "round extensions are not built yet: the limits are max_tool_rounds and plan_max_tool_rounds";
 
 impl Default for TurnEngine {
     fn default() -> Self {
         Self {
             max_iterations: 3,
-            plan_max_rounds: 16,
+            max_tool_rounds: 20,
+            plan_max_tool_rounds: 16,
+            delegation_depth_limit: 3,
             plan_rescue_rounds: 2,
-            execute_max_rounds: 20,
             turn_timeout_seconds: 900,
             max_concurrent_turns: 10,
-            delegation_depth_cap: 3,
-        }
-    }
-}
-
-/// Agent memory and self-improvement.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct Learning {
-    /// Learning for every agent seat; a role's `learning_enabled` overrides it.
-    pub enabled: bool,
-    /// Diary entries frozen into the Plan prompt after filtering.
-    pub diary_prefetch_entries: u32,
-    /// Size of the diary digest given to Plan, in characters.
-    pub diary_digest_chars: u32,
-    /// How long a short-term diary entry lives, in days.
-    pub diary_short_ttl_days: u32,
-    /// Similar past turns summarized into the Plan prompt.
-    pub episode_recall: u32,
-    /// Raw episodes per agent before older ones are compacted.
-    pub episode_compaction_threshold: u32,
-    /// Tool calls a turn needs before a skill may be synthesized from it.
-    pub skill_min_tool_calls: u32,
-    /// Synthesized skills kept per agent.
-    pub max_skills_per_agent: u32,
-    /// Jaccard similarity at or above which a new skill is a duplicate.
-    #[schemars(range(min = 0.0, max = 1.0))]
-    pub skill_duplicate_similarity: f64,
-    /// Versions kept per synthesized skill.
-    pub skill_versions_kept: u32,
-}
-
-impl Default for Learning {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            diary_prefetch_entries: 8,
-            diary_digest_chars: 1500,
-            diary_short_ttl_days: 30,
-            episode_recall: 3,
-            episode_compaction_threshold: 500,
-            skill_min_tool_calls: 5,
-            max_skills_per_agent: 50,
-            skill_duplicate_similarity: 0.7,
-            skill_versions_kept: 10,
+            onboarding_max_tool_rounds: None,
+            subagent_max_turns: None,
+            subagent_timeout_seconds: None,
+            subagent_budget_fraction: None,
+            subagent_max_parallel: None,
+            subagent_batch_timeout_seconds: None,
+            subagent_min_per_child_tokens: None,
+            executor_always_on_tools: None,
+            extension_enabled: None,
+            plan_max_tool_rounds_ceiling: None,
+            execute_max_tool_rounds_ceiling: None,
+            onboarding_max_tool_rounds_ceiling: None,
+            extension_round_step: None,
+            sandbox_budget_fraction: None,
+            sandbox_min_budget_tokens: None,
         }
     }
 }
@@ -183,34 +258,93 @@ pub struct Scheduling {
     /// How often the scheduler looks for due schedules.
     #[schemars(range(min = 1))]
     pub tick_seconds: u32,
+    /// Time zone of schedules that name none.
+    pub default_timezone: String,
+    /// Random delay of up to this many seconds added to each fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "fires are not jittered yet"))]
+    pub jitter_seconds: Option<u32>,
+    /// Shortest catch-up window after downtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = CATCHUP))]
+    pub catchup_min_seconds: Option<u32>,
+    /// Longest catch-up window after downtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = CATCHUP))]
+    pub catchup_max_seconds: Option<u32>,
 }
+
+const CATCHUP: &str = "missed runs are not caught up yet";
 
 impl Default for Scheduling {
     fn default() -> Self {
         Self {
             enabled: true,
             tick_seconds: 10,
+            default_timezone: "UTC".into(),
+            jitter_seconds: None,
+            catchup_min_seconds: None,
+            catchup_max_seconds: None,
         }
     }
 }
 
 impl Company {
-    /// The provider chain a role uses in `phase`:
-    /// `llm_<phase>` -> `llm` (per-phase map: the phase, then `default`) ->
-    /// the provider named `default` -> the first provider.
-    /// Names are returned as written; validation guarantees they exist.
-    pub fn llm_chain<'a>(&'a self, role: &'a Role, phase: Phase) -> Vec<&'a str> {
-        if let Some(chain) = role.llm_for_phase(phase) {
-            return chain;
+    /// The providers seats choose from: `providers.llm`, or, when it is
+    /// empty, one provider named `default` of type `openai` with every
+    /// default (model `gpt-4o`, key from `OPENAI_API_KEY`), as the original
+    /// engine does.
+    pub fn llm_providers(&self) -> Cow<'_, IndexMap<String, LlmProvider>> {
+        if self.providers.llm.is_empty() {
+            let mut fallback = IndexMap::new();
+            fallback.insert(
+                DEFAULT_PROVIDER.to_owned(),
+                LlmProvider::with_defaults(LlmKind::Openai),
+            );
+            Cow::Owned(fallback)
+        } else {
+            Cow::Borrowed(&self.providers.llm)
         }
-        if self.providers.llm.contains_key("default") {
-            return vec!["default"];
+    }
+
+    /// The provider chain a role uses in `phase`: the names of `llm_<phase>`
+    /// (else of `llm`; per-phase map: the phase, then `default`) that are
+    /// defined, in order; when none is, the provider named `default`, else
+    /// the first provider. Names that are not defined are left out (the
+    /// validator warns about them).
+    pub fn llm_chain(&self, role: &Role, phase: Phase) -> Vec<String> {
+        let providers = self.llm_providers();
+        let mut chain: Vec<String> = Vec::new();
+        for name in role.llm_for_phase(phase).unwrap_or_default() {
+            if providers.contains_key(name) && !chain.iter().any(|c| c == name) {
+                chain.push(name.to_owned());
+            }
         }
-        self.providers
-            .llm
-            .keys()
-            .take(1)
-            .map(String::as_str)
-            .collect()
+        if chain.is_empty() {
+            if providers.contains_key(DEFAULT_PROVIDER) {
+                chain.push(DEFAULT_PROVIDER.to_owned());
+            } else if let Some(first) = providers.keys().next() {
+                chain.push(first.clone());
+            }
+        }
+        chain
+    }
+
+    /// The MCP server named `name`.
+    pub fn mcp_server(&self, name: &str) -> Option<&McpServer> {
+        self.mcp_servers.iter().find(|s| s.name == name)
+    }
+
+    /// The time zone `schedule` is read in: its own, else
+    /// `scheduling.default_timezone`.
+    pub fn schedule_timezone<'a>(&'a self, schedule: &'a Schedule) -> &'a str {
+        if schedule.timezone.trim().is_empty() {
+            &self.scheduling.default_timezone
+        } else {
+            &schedule.timezone
+        }
     }
 }
+
+/// The provider a seat uses when it names none.
+pub const DEFAULT_PROVIDER: &str = "default";

@@ -16,14 +16,28 @@ pub struct Role {
     /// Who fills the seat.
     #[serde(default)]
     pub kind: SeatKind,
-    /// Display name, e.g. `Chief Technology Officer`.
+    /// Display name, e.g. `Chief Technology Officer`. `manages` and unit
+    /// `lead`s refer to seats by name.
     #[schemars(length(min = 1))]
     pub name: String,
     /// Unique id of the seat, matching `[a-z0-9][a-z0-9-]*`; derived from
-    /// `name` when unset (lower case, other characters become `-`). Part of
-    /// the agent id, webhook URLs and queue topics: keep it stable.
+    /// `name` when unset or empty (lower case, other characters become `-`).
+    /// Part of the agent id, webhook URLs and queue topics: keep it stable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<String>,
+    /// An org-wide role's home unit (by name): the role is placed among that
+    /// unit's `roles`, inheriting its `mcp_env` and lead. A name no unit has
+    /// leaves the role org-wide, with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Email address of the seat: notifications that name it (an assignee,
+    /// a mention) reach the seat, on every source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+    /// Human seats: when the person is around, in words (for rosters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "rosters do not show availability yet"))]
+    pub availability: Option<String>,
     /// What the seat is for, in one sentence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
@@ -36,8 +50,11 @@ pub struct Role {
     /// How the agent should behave.
     #[serde(default)]
     pub behavioral_guidelines: Vec<String>,
-    /// Roles (by handle or name) or units (by name, meaning the unit's own
-    /// roles) this seat manages. Seats nobody manages report to their unit's lead.
+    /// Roles (by name, or handle) or units (by name: every role of the unit
+    /// and of its sub-units) this seat manages. A seat may have several
+    /// managers; its manager is the first of them in file order (org-wide
+    /// roles first, then unit by unit). A unit's lead manages the unit's own
+    /// roles that no role of the unit manages.
     #[serde(default)]
     pub manages: Vec<String>,
     /// Tokens this seat may spend over its lifetime; 0 = unlimited.
@@ -60,17 +77,41 @@ pub struct Role {
     /// Cheaper model for side work (diary filtering, reflection); overrides `llm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_auxiliary: Option<LlmChoice>,
+    /// Model for sub-agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "sub-agents are not built yet"))]
+    pub llm_subagent: Option<LlmChoice>,
+    /// Model for judging work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "there is no judge phase yet"))]
+    pub llm_judge: Option<LlmChoice>,
+    /// Model for code-sandbox work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
+    pub llm_sandbox: Option<LlmChoice>,
     /// Learning for this seat; unset follows `learning.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "agent memory and learning are not built yet"))]
     pub learning_enabled: Option<bool>,
-    /// The seat's own credentials for `per_role` MCP servers: environment
-    /// variables for stdio servers, headers for HTTP ones. Merged over the
-    /// `mcp_env` of the enclosing units.
+    /// The seat's own credentials per MCP server (`mcp_env.<server>.<NAME>`):
+    /// environment variables for stdio servers, headers for http ones. A
+    /// seat with an entry for a `shared: false` server gets its own instance
+    /// of it. Merged over the `mcp_env` of the seat's unit (the seat's value
+    /// wins, server by server and name by name).
     #[serde(default)]
-    pub mcp_env: IndexMap<String, String>,
-    /// `per_role` MCP servers (names from `mcp_servers`) this seat runs.
-    #[serde(default)]
+    pub mcp_env: IndexMap<String, IndexMap<String, String>>,
+    /// Crewlet addition: `shared: false` MCP servers this seat runs even
+    /// without an `mcp_env` entry for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<String>,
+    /// The seat's code sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
+    pub sandbox: Option<super::later::RoleSandbox>,
+    /// Which nodes of a fleet may run the seat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "fleet placement is not built yet: every engine runs every seat"))]
+    pub placement: Option<super::later::Placement>,
     /// Recurring work for this seat (agent seats only).
     #[serde(default)]
     pub schedules: Vec<Schedule>,
@@ -94,43 +135,58 @@ pub enum SeatKind {
     Human,
 }
 
-/// A person's identities.
+/// A person's identities. Each value is a literal id or exactly one
+/// whole-value `${VAR}` reference.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Contact {
-    /// Email address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub email: Option<String>,
     /// Slack member id, e.g. `U01ABCDEF`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack_user_id: Option<String>,
-    /// GitHub login.
+    /// Mattermost username.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub github: Option<String>,
-    /// GitLab username.
+    pub mattermost_user_id: Option<String>,
+    /// Atlassian account id (Jira and Confluence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gitlab: Option<String>,
-    /// Plane user id or email.
+    pub atlassian_account_id: Option<String>,
+    /// GitHub login (compared without case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plane: Option<String>,
-    /// Jira account id.
+    pub github_login: Option<String>,
+    /// GitLab username (compared without case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jira: Option<String>,
+    pub gitlab_username: Option<String>,
+    /// Plane user id (compared without case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plane_user_id: Option<String>,
+    /// Crewlet addition: email address, matched on every source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 impl Contact {
-    /// True when at least one identity is set (and not blank).
-    pub fn has_identity(&self) -> bool {
+    /// The identities as `(key, value)`, blank ones left out.
+    pub fn entries(&self) -> impl Iterator<Item = (&'static str, &str)> {
         [
-            &self.email,
-            &self.slack_user_id,
-            &self.github,
-            &self.gitlab,
-            &self.plane,
-            &self.jira,
+            ("slack_user_id", &self.slack_user_id),
+            ("mattermost_user_id", &self.mattermost_user_id),
+            ("atlassian_account_id", &self.atlassian_account_id),
+            ("github_login", &self.github_login),
+            ("gitlab_username", &self.gitlab_username),
+            ("plane_user_id", &self.plane_user_id),
+            ("email", &self.email),
         ]
         .into_iter()
-        .any(|v| v.as_deref().is_some_and(|s| !s.trim().is_empty()))
+        .filter_map(|(k, v)| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(|v| (k, v))
+        })
+    }
+
+    /// True when at least one identity is set (and not blank).
+    pub fn has_identity(&self) -> bool {
+        self.entries().next().is_some()
     }
 }
 
@@ -152,6 +208,11 @@ impl Role {
             return Some(choice.names());
         }
         self.llm.as_ref().and_then(|spec| spec.for_phase(phase))
+    }
+
+    /// The handle as written, `None` when unset or empty (then derived).
+    pub fn explicit_handle(&self) -> Option<&str> {
+        self.handle.as_deref().filter(|h| !h.is_empty())
     }
 
     /// Whether learning is on for this seat, given the company switch.

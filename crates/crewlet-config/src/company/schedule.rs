@@ -21,10 +21,11 @@ pub struct Schedule {
     pub task: String,
     /// Time zone the cron expression is read in: a tz database name
     /// (`Europe/Paris`, `UTC`) or a fixed offset like `+02:00`, read exactly
-    /// as the scheduler reads it.
-    #[serde(default = "default_timezone")]
+    /// as the scheduler reads it. Empty: `scheduling.default_timezone`.
+    #[serde(default)]
     pub timezone: String,
-    /// On a unit: who gets the task. On a role: ignored (the role itself).
+    /// On a unit: `each` (every agent seat of the unit itself, the default)
+    /// or `lead` (the unit's effective lead). On a role: ignored.
     #[serde(default)]
     pub target: ScheduleTarget,
     /// Set to `false` to keep the schedule but not fire it.
@@ -34,10 +35,10 @@ pub struct Schedule {
     #[serde(default = "default_schedule_timeout")]
     #[schemars(range(min = 1))]
     pub timeout_seconds: u64,
-}
-
-fn default_timezone() -> String {
-    "UTC".into()
+    /// After downtime, fire the most recent missed run if it is recent enough.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "missed runs are not caught up yet: a fire time that passes while the engine is down is skipped"))]
+    pub catchup: Option<bool>,
 }
 
 fn default_true() -> bool {
@@ -52,11 +53,11 @@ fn default_schedule_timeout() -> u64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScheduleTarget {
-    /// The unit's lead (inherited from the parent unit when unset).
+    /// Every agent seat of the unit (not of its sub-units), one task each.
     #[default]
-    Lead,
-    /// Every agent seat of the unit (not of its sub-units).
     Each,
+    /// The unit's lead (inherited from the parent unit when unset).
+    Lead,
 }
 
 const FIELDS: [(&str, u32, u32); 5] = [

@@ -7,10 +7,11 @@ use std::path::Path;
 
 use super::schedule::{check_cron, check_timezone};
 use super::{
-    Company, EmbeddingsKind, LlmChoice, LlmKind, LlmSpec, McpScope, McpTransport, Role, Schedule,
+    Company, EmbeddingsKind, LlmChoice, LlmKind, LlmSpec, McpTransport, Role, Schedule,
     ScheduleTarget, SeatKind, Unit,
 };
 use crate::check::{self, Finding};
+use crate::inert;
 use crate::error::{ConfigError, Problem};
 use crate::organization::{Organization, resolve};
 use crate::schema::Tier;
@@ -20,19 +21,42 @@ use crate::yaml::YamlPath;
 /// Validates a company file's text and resolves its org chart. Every problem
 /// in the file is returned, each with its YAML path, line and column.
 pub fn check_company(source: &str, text: &str) -> Result<(Company, Organization), Vec<Problem>> {
+    check_company_report(source, text).result
+}
+
+/// The outcome of checking a company file, with its warnings: keys that
+/// have no effect yet and references that resolve to nothing. Warnings
+/// never make a file invalid.
+#[derive(Debug)]
+pub struct CompanyReport {
+    pub result: Result<(Company, Organization), Vec<Problem>>,
+    pub warnings: Vec<Problem>,
+}
+
+/// As [`check_company`], with the warnings located in the file.
+pub fn check_company_report(source: &str, text: &str) -> CompanyReport {
     let parsed = check::structural::<Company>(source, text, Tier::Company);
     let mut problems = parsed.problems;
     let Some(company) = parsed.value else {
-        return Err(problems);
+        return CompanyReport {
+            result: Err(problems),
+            warnings: Vec::new(),
+        };
     };
     let (org, findings) = company_findings(&company);
+    let (warned, findings): (Vec<Finding>, Vec<Finding>) =
+        findings.into_iter().partition(|f| f.warning);
     problems.extend(check::locate(source, parsed.tree.as_ref(), findings));
     check::sort(&mut problems);
-    if problems.is_empty() {
+    let mut warnings = check::locate(source, parsed.tree.as_ref(), warned);
+    warnings.extend(inert::warnings(source, Tier::Company, &company, parsed.tree.as_ref()));
+    check::sort(&mut warnings);
+    let result = if problems.is_empty() {
         Ok((company, org))
     } else {
         Err(problems)
-    }
+    };
+    CompanyReport { result, warnings }
 }
 
 fn company_findings(company: &Company) -> (Organization, Vec<Finding>) {
@@ -73,6 +97,7 @@ impl Company {
     /// paths but no lines).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let (_, findings) = company_findings(self);
+        let findings: Vec<Finding> = findings.into_iter().filter(|f| !f.warning).collect();
         let problems = check::locate("company", None, findings);
         if problems.is_empty() {
             Ok(())
@@ -84,6 +109,20 @@ impl Company {
         }
     }
 
+    /// The warnings of a valid company (keys with no effect yet, references
+    /// that resolve to nothing), by YAML path, without lines: what the engine
+    /// logs when it starts a company.
+    pub fn warnings(&self) -> Vec<Problem> {
+        let (_, findings) = company_findings(self);
+        let mut out = check::locate(
+            "company",
+            None,
+            findings.into_iter().filter(|f| f.warning).collect(),
+        );
+        out.extend(inert::warnings("company", Tier::Company, self, None));
+        out
+    }
+
     /// The resolved org chart.
     pub fn organization(&self) -> Organization {
         Organization::new(self)
@@ -92,12 +131,14 @@ impl Company {
 
 fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let mut out = Vec::new();
-    providers(company, org, &mut out);
+    providers(company, &mut out);
     mcp_servers(company, &mut out);
+    super::rules::company_rules(company, &mut out);
     // Once, not once per seat: a big company with many providers stays linear.
+    let llm_providers = company.llm_providers();
     let defined = Names {
-        llm: company.providers.llm.keys().map(String::as_str).collect(),
-        mcp: company.mcp_servers.keys().map(String::as_str).collect(),
+        llm: llm_providers.keys().map(String::as_str).collect(),
+        mcp: company.mcp_servers.iter().map(|s| s.name.as_str()).collect(),
     };
     for seat in org.seats() {
         let at = YamlPath::parse(&seat.yaml_path).unwrap_or_default();
@@ -114,13 +155,14 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
             .any(|s| s.is_agent());
         schedules(&config.schedules, &at, &mut out, |s, sat, out| {
             match s.target {
+            ScheduleTarget::Lead if !s.enabled => {}
             ScheduleTarget::Lead => match lead {
                 // A `lead` that names nobody is reported on its own.
-                None if config.lead.is_some() => {}
-                None => out.push(Finding::new(
+                None if config.explicit_lead().is_some() => {}
+                None => out.push(Finding::warning(
                     sat.key("target"),
                     format!(
-                        "schedule `{}` targets the lead, but unit `{}` has no lead (set `lead` here or on a parent unit)",
+                        "schedule `{}` targets the lead, but unit `{}` has no lead (set `lead` here or on a parent unit); it never fires",
                         s.name, unit.name
                     ),
                 )),
@@ -136,7 +178,7 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
             ScheduleTarget::Each if !has_agents => out.push(Finding::new(
                 sat.key("target"),
                 format!(
-                    "schedule `{}` targets each agent seat of unit `{}`, which has none",
+                    "schedule `{}` targets each agent seat of unit `{}` (the default target), which has none of its own; set `target: lead` or move it",
                     s.name, unit.name
                 ),
             )),
@@ -157,37 +199,35 @@ fn units_preorder(list: &[Unit]) -> Vec<&Unit> {
     out
 }
 
-fn providers(company: &Company, org: &Organization, out: &mut Vec<Finding>) {
+fn providers(company: &Company, out: &mut Vec<Finding>) {
     let llm_at = YamlPath::root().key("providers").key("llm");
-    if company.providers.llm.is_empty() {
-        let agents = org.agents().count();
-        if agents > 0 {
-            out.push(Finding::new(
-                llm_at.clone(),
-                format!(
-                    "no LLM provider is configured but {agents} agent seat{} need{} one; add an entry under providers.llm",
-                    if agents == 1 { "" } else { "s" },
-                    if agents == 1 { "s" } else { "" }
-                ),
-            ));
-        }
-    }
     for (name, p) in &company.providers.llm {
         let at = llm_at.key(name);
         if p.kind == LlmKind::OpenaiCompatible && p.base_url.is_none() {
-            out.push(Finding::new(
+            out.push(Finding::warning(
                 at.key("type"),
-                format!("provider `{name}` is openai-compatible and needs `base_url`"),
+                format!("provider `{name}` is openai-compatible without `base_url`: it talks to api.openai.com"),
             ));
         }
-        if p.kind != LlmKind::OpenaiCompatible && p.base_url.is_none() && p.api_keys.is_empty() {
-            out.push(Finding::new(
+        match (p.kind, &p.cli) {
+            (LlmKind::CliAgent, None) => out.push(Finding::new(
                 at.key("type"),
-                format!(
-                    "provider `{name}` ({}) needs at least one entry in `api_keys`, e.g. `${{{}_API_KEY}}`",
-                    p.kind,
-                    p.kind.to_string().to_uppercase()
-                ),
+                format!("provider `{name}` is a cli-agent and needs a `cli` block naming the CLI, e.g. `cli: {{agent: claude-code}}`"),
+            )),
+            (LlmKind::CliAgent, Some(_)) => out.push(Finding::warning(
+                at.key("type"),
+                format!("provider `{name}`: cli-agent providers are not built yet; seats that reach only such providers cannot run turns"),
+            )),
+            (_, Some(_)) => out.push(Finding::new(
+                at.key("cli"),
+                format!("provider `{name}`: `cli` is only for `type: cli-agent`"),
+            )),
+            (_, None) => {}
+        }
+        if p.reasoning == Some(true) && matches!(p.kind, LlmKind::OpenaiCompatible | LlmKind::CliAgent) {
+            out.push(Finding::new(
+                at.key("reasoning"),
+                format!("provider `{name}`: reasoning is only for `openai` and `anthropic` providers"),
             ));
         }
         check_url(p.base_url.as_deref(), &at.key("base_url"), out);
@@ -203,9 +243,9 @@ fn providers(company: &Company, org: &Organization, out: &mut Vec<Finding>) {
     if let Some(e) = &company.providers.embeddings {
         let at = YamlPath::root().key("providers").key("embeddings");
         if e.kind == EmbeddingsKind::OpenaiCompatible && e.base_url.is_none() {
-            out.push(Finding::new(
+            out.push(Finding::warning(
                 at.key("type"),
-                "openai-compatible embeddings need `base_url`",
+                "openai-compatible embeddings without `base_url` talk to api.openai.com",
             ));
         }
         check_url(e.base_url.as_deref(), &at.key("base_url"), out);
@@ -227,38 +267,33 @@ fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
 
 fn mcp_servers(company: &Company, out: &mut Vec<Finding>) {
     let root = YamlPath::root().key("mcp_servers");
-    for (name, s) in &company.mcp_servers {
-        let at = root.key(name);
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, s) in company.mcp_servers.iter().enumerate() {
+        let at = root.index(i);
+        let name = s.name.as_str();
+        if let Some(first) = seen.insert(name, i) {
+            out.push(Finding::warning(
+                at.key("name"),
+                format!("MCP server `{name}` is already defined at mcp_servers[{first}]; only the first is used"),
+            ));
+            seen.insert(name, first);
+        }
         match s.transport {
             McpTransport::Stdio => {
                 if s.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
-                    out.push(Finding::new(
+                    out.push(Finding::warning(
                         at.clone(),
-                        format!("stdio MCP server `{name}` needs `command`"),
-                    ));
-                }
-                if s.url.is_some() {
-                    out.push(Finding::new(
-                        at.key("url"),
-                        format!("`url` is for http servers; `{name}` uses stdio (set `transport: http`?)"),
+                        format!("stdio MCP server `{name}` has no `command`; it will fail to start"),
                     ));
                 }
             }
-            McpTransport::Http => {
-                match s.url.as_deref() {
-                    None => out.push(Finding::new(
-                        at.clone(),
-                        format!("http MCP server `{name}` needs `url`"),
-                    )),
-                    url => check_url(url, &at.key("url"), out),
-                }
-                if s.command.is_some() {
-                    out.push(Finding::new(
-                        at.key("command"),
-                        format!("`command` is for stdio servers; `{name}` uses http"),
-                    ));
-                }
-            }
+            McpTransport::Http => match s.url.as_deref() {
+                None => out.push(Finding::warning(
+                    at.clone(),
+                    format!("http MCP server `{name}` has no `url`; it will fail to start"),
+                )),
+                url => check_url(url, &at.key("url"), out),
+            },
         }
     }
 }
@@ -271,24 +306,16 @@ struct Names<'c> {
 
 fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mut Vec<Finding>) {
     let llm_names = &defined.llm;
-    let known = |name: &str| company.providers.llm.contains_key(name);
     let check_choice = |choice: &LlmChoice, cat: YamlPath, out: &mut Vec<Finding>| match choice {
-        LlmChoice::One(name) if known(name) => {}
         LlmChoice::One(name) => llm_ref(name, llm_names, cat, out),
-        LlmChoice::Chain(names) if names.is_empty() => out.push(Finding::new(
-            cat,
-            "a fallback chain needs at least one provider",
-        )),
         LlmChoice::Chain(names) => {
             for (i, name) in names.iter().enumerate() {
-                if !known(name) {
-                    llm_ref(name, llm_names, cat.index(i), out);
-                }
+                llm_ref(name, llm_names, cat.index(i), out);
             }
         }
     };
     match &role.llm {
-        Some(LlmSpec::One(name)) => check_choice(&LlmChoice::One(name.clone()), at.key("llm"), out),
+        Some(LlmSpec::One(name)) => llm_ref(name, llm_names, at.key("llm"), out),
         Some(LlmSpec::Chain(names)) => {
             check_choice(&LlmChoice::Chain(names.clone()), at.key("llm"), out)
         }
@@ -311,6 +338,38 @@ fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mu
     }
 
     if role.kind == SeatKind::Human {
+        let agent_only: Vec<&str> = [
+            ("llm", role.llm.as_ref().is_some_and(|l| l != &LlmSpec::One("default".into()))),
+            ("llm_plan", role.llm_plan.is_some()),
+            ("llm_execute", role.llm_execute.is_some()),
+            ("llm_review", role.llm_review.is_some()),
+            ("llm_subagent", role.llm_subagent.is_some()),
+            ("llm_auxiliary", role.llm_auxiliary.is_some()),
+            ("llm_judge", role.llm_judge.is_some()),
+            ("llm_sandbox", role.llm_sandbox.is_some()),
+            ("sandbox", role.sandbox.is_some()),
+            ("token_budget", role.token_budget != 0),
+            ("learning_enabled", role.learning_enabled.is_some()),
+            ("schedules", !role.schedules.is_empty()),
+            ("integrations.slack", role.integrations.slack.is_some()),
+            ("integrations.mattermost", role.integrations.mattermost.is_some()),
+            ("mcp_env", !role.mcp_env.is_empty()),
+            ("mcp_servers", !role.mcp_servers.is_empty()),
+            ("behavioral_guidelines", !role.behavioral_guidelines.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        if !agent_only.is_empty() {
+            out.push(Finding::new(
+                at.clone(),
+                format!(
+                    "human seat `{}` never runs, so it cannot have {}",
+                    role.name,
+                    agent_only.join(", ")
+                ),
+            ));
+        }
         if !role.contact.as_ref().is_some_and(|c| c.has_identity()) {
             let cat = if role.contact.is_some() {
                 at.key("contact")
@@ -320,25 +379,41 @@ fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mu
             out.push(Finding::new(
                 cat,
                 format!(
-                    "human seat `{}` needs a `contact` with at least one identity (email, slack_user_id, github, gitlab, plane or jira)",
+                    "human seat `{}` needs a `contact` with at least one identity (slack_user_id, mattermost_user_id, atlassian_account_id, github_login, gitlab_username, plane_user_id or email)",
                     role.name
                 ),
             ));
         }
-        if !role.schedules.is_empty() {
-            out.push(Finding::new(
-                at.key("schedules"),
-                format!(
-                    "human seat `{}` never runs, so it cannot have schedules",
-                    role.name
-                ),
-            ));
+    } else {
+        for (key, set) in [
+            ("contact", role.contact.is_some()),
+            ("availability", role.availability.is_some()),
+        ] {
+            if set {
+                out.push(Finding::new(
+                    at.key(key),
+                    format!(
+                        "`{key}` is for human seats; `{}` is an agent seat (did you mean `kind: human`?)",
+                        role.name
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(contact) = &role.contact {
+        for (key, value) in contact.entries() {
+            if value.contains("${") && !is_whole_reference(value) {
+                out.push(Finding::new(
+                    at.key("contact").key(key),
+                    format!("`{value}` embeds a ${{VAR}} reference; a contact is a literal id or exactly one `${{VAR}}`"),
+                ));
+            }
         }
     }
 
     for (i, server) in role.mcp_servers.iter().enumerate() {
         let sat = at.key("mcp_servers").index(i);
-        match company.mcp_servers.get(server) {
+        match company.mcp_server(server) {
             None => {
                 out.push(Finding::new(
                     sat,
@@ -348,29 +423,60 @@ fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mu
                     ),
                 ));
             }
-            Some(s) if s.scope == McpScope::Shared => out.push(Finding::new(
+            Some(s) if s.shared => out.push(Finding::new(
                 sat,
                 format!(
-                    "MCP server `{server}` is shared: every agent seat already has it; list only `per_role` servers here"
+                    "MCP server `{server}` is shared: every agent seat already has it; list only `shared: false` servers here"
                 ),
             )),
             Some(_) => {}
         }
     }
+    mcp_env_refs(company, &role.mcp_env, &at.key("mcp_env"), out);
 
     schedules(&role.schedules, at, out, |_, _, _| {});
+}
+
+/// `mcp_env` entries name servers: an unknown or shared one is ignored.
+pub(super) fn mcp_env_refs(
+    company: &Company,
+    env: &indexmap::IndexMap<String, indexmap::IndexMap<String, String>>,
+    at: &YamlPath,
+    out: &mut Vec<Finding>,
+) {
+    for server in env.keys() {
+        match company.mcp_server(server) {
+            None => out.push(Finding::warning(
+                at.key(server),
+                format!("`{server}` names no server in mcp_servers; these credentials are not used"),
+            )),
+            Some(s) if s.shared => out.push(Finding::warning(
+                at.key(server),
+                format!("MCP server `{server}` is shared (one instance for every seat); per-seat credentials for it are not used (set `shared: false`)"),
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
+/// True for exactly one `${NAME}` and nothing else.
+fn is_whole_reference(value: &str) -> bool {
+    value
+        .strip_prefix("${")
+        .and_then(|v| v.strip_suffix('}'))
+        .is_some_and(|name| !name.is_empty() && !name.contains(['$', '{', '}']))
 }
 
 fn llm_ref(name: &str, defined: &[&str], at: YamlPath, out: &mut Vec<Finding>) {
     if !defined.contains(&name) {
         let mut message = format!(
-            "LLM provider `{name}` is not defined in providers.llm{}",
+            "LLM provider `{name}` is not defined in providers.llm{}; the seat falls back to `default`, else the first provider",
             defined_list(defined)
         );
         if let Some(best) = crate::suggest::closest(name, defined) {
-            message = format!("{message}; did you mean `{best}`?");
+            message = format!("{message} (did you mean `{best}`?)");
         }
-        out.push(Finding::new(at, message));
+        out.push(Finding::warning(at, message));
     }
 }
 
@@ -403,7 +509,9 @@ fn schedules(
         if let Err(e) = check_cron(&s.cron) {
             out.push(Finding::new(at.key("cron"), e));
         }
-        if let Err(e) = check_timezone(&s.timezone) {
+        if !s.timezone.trim().is_empty()
+            && let Err(e) = check_timezone(&s.timezone)
+        {
             out.push(Finding::new(at.key("timezone"), e));
         }
         extra(s, &at, out);

@@ -1,11 +1,12 @@
 //! The resolved org chart: every seat with its handle, agent id, unit,
 //! manager chain and reports; every unit with its effective lead.
 //!
-//! Rules (SPEC §1): a unit's lead is inherited from the parent unit when
-//! unset; the lead manages the unit's seats that nobody `manages` (a lead
-//! itself reports to the nearest lead above it); `manages` may name a unit,
-//! meaning that unit's own roles; unknown names, two managers for one seat
-//! and cycles are errors.
+//! Rules (the original engine's organization model): a unit's lead is
+//! inherited from the parent unit when unset, and may live anywhere in the
+//! company; the lead manages the unit's own roles that no role of the unit
+//! `manages`; `manages` names roles or units (every role of the unit and its
+//! sub-units); a seat may have several managers, and its manager is the
+//! first in seat order. Unknown names and cycles are warnings.
 
 mod chain;
 mod resolve;
@@ -67,16 +68,20 @@ pub struct Seat {
     pub unit_path: Vec<String>,
     /// Where the role is in the company file, e.g. `units[0].roles[2]`.
     pub yaml_path: String,
-    /// Handle of the seat's manager.
+    /// Handle of the seat's manager: the first of `managers`.
     pub manager: Option<String>,
+    /// Handles of every seat that manages this one, in seat order.
+    pub managers: Vec<String>,
     /// Handles of the managers from the nearest up to the top of the
     /// company. Seats share the common part of their chains, so a company of
     /// n seats holds n links however deep it is.
     pub manager_chain: ManagerChain,
-    /// Handles of the seats this one manages directly.
+    /// Handles of the seats this one manages directly (some may have an
+    /// earlier manager too).
     pub reports: Vec<String>,
-    /// `mcp_env` of the enclosing units, top down, overlaid by the role's own.
-    pub mcp_env: IndexMap<String, String>,
+    /// MCP credentials per server: the unit's `mcp_env`, overlaid by the
+    /// role's own.
+    pub mcp_env: IndexMap<String, IndexMap<String, String>>,
     /// The role as written in the company file.
     pub role: Role,
 }
@@ -149,9 +154,11 @@ impl Organization {
 /// Lower case; every run of other characters becomes one `-`; no `-` at the ends.
 pub fn derive_handle(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() {
-            out.push(c.to_ascii_lowercase());
+    // Unicode lower case first, as the original engine's `str.lower()`:
+    // `K` (Kelvin sign) becomes `k`, `İ` becomes `i` and a combining dot.
+    for c in name.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
         } else if !out.is_empty() && !out.ends_with('-') {
             out.push('-');
         }
@@ -185,6 +192,8 @@ mod tests {
         assert_eq!(derive_handle("CTO"), "cto");
         assert_eq!(derive_handle("Ünïcode Ops"), "n-code-ops");
         assert_eq!(derive_handle("日本"), "");
+        // Python's `"\u212aelvin İzmir".lower()` then `[^a-z0-9]+` -> `-`.
+        assert_eq!(derive_handle("\u{212a}elvin \u{130}zmir"), "kelvin-i-zmir");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Each step is one pass over the seats (or units), with the names it needs
 //! indexed first, so a company of any shape resolves in linear time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crewlet_core::AgentId;
 use indexmap::IndexMap;
@@ -28,11 +28,6 @@ struct SeatDraft<'a> {
     yaml: YamlPath,
     unit: Option<usize>,
     handle: String,
-}
-
-enum Target {
-    Seat(usize),
-    Unit(usize),
 }
 
 fn flatten_units<'a>(
@@ -62,7 +57,9 @@ fn flatten_units<'a>(
     }
 }
 
-/// Resolves the org chart and reports every problem of structure found.
+/// Resolves the org chart and reports every problem of structure found
+/// (errors) and every reference that resolves to nothing (warnings: the
+/// original engine accepts those files, and so do we).
 pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
     let mut findings = Vec::new();
 
@@ -75,26 +72,72 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
         &mut units,
     );
 
-    let mut seats: Vec<SeatDraft> = Vec::new();
-    let roles_at = YamlPath::root().key("roles");
-    for (i, role) in company.roles.iter().enumerate() {
-        seats.push(SeatDraft {
-            role,
-            yaml: roles_at.index(i),
-            unit: None,
-            handle: String::new(),
-        });
+    // Unit names: the first of a name is the one references reach.
+    let mut unit_names: HashMap<&str, usize> = HashMap::new();
+    for (i, u) in units.iter().enumerate() {
+        if let Some(&first) = unit_names.get(u.unit.name.as_str()) {
+            findings.push(Finding::warning(
+                u.yaml.key("name"),
+                format!(
+                    "unit name `{}` is already used by the unit at {}; `lead`, `manages` and `unit` references reach only the first",
+                    u.unit.name, units[first].yaml
+                ),
+            ));
+        } else {
+            unit_names.insert(&u.unit.name, i);
+        }
     }
-    for (u, draft) in units.iter_mut().enumerate() {
-        for (i, role) in draft.unit.roles.iter().enumerate() {
-            draft.seats.push(seats.len());
-            let yaml = draft.yaml.key("roles").index(i);
+
+    // Seats in the original's order: org-wide roles, then unit by unit (its
+    // own roles, then those placed in it with `unit:`, then its sub-units').
+    let roles_at = YamlPath::root().key("roles");
+    let mut root_seats: Vec<SeatDraft> = Vec::new();
+    let mut placed: Vec<Vec<SeatDraft>> = (0..units.len()).map(|_| Vec::new()).collect();
+    for (i, role) in company.roles.iter().enumerate() {
+        let yaml = roles_at.index(i);
+        let home = role.unit.as_deref().filter(|u| !u.trim().is_empty());
+        match home.map(|u| (u, unit_names.get(u).copied())) {
+            Some((_, Some(u))) => placed[u].push(SeatDraft {
+                role,
+                yaml,
+                unit: Some(u),
+                handle: String::new(),
+            }),
+            Some((name, None)) => {
+                findings.push(Finding::warning(
+                    yaml.key("unit"),
+                    format!("`unit: {name}` names no unit; the role stays org-wide"),
+                ));
+                root_seats.push(SeatDraft {
+                    role,
+                    yaml,
+                    unit: None,
+                    handle: String::new(),
+                });
+            }
+            None => root_seats.push(SeatDraft {
+                role,
+                yaml,
+                unit: None,
+                handle: String::new(),
+            }),
+        }
+    }
+    let mut seats: Vec<SeatDraft> = root_seats;
+    for (u, extra) in placed.into_iter().enumerate() {
+        for (i, role) in units[u].unit.roles.iter().enumerate() {
+            units[u].seats.push(seats.len());
+            let yaml = units[u].yaml.key("roles").index(i);
             seats.push(SeatDraft {
                 role,
                 yaml,
                 unit: Some(u),
                 handle: String::new(),
             });
+        }
+        for draft in extra {
+            units[u].seats.push(seats.len());
+            seats.push(draft);
         }
     }
 
@@ -103,7 +146,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
     for i in 0..seats.len() {
         let role = seats[i].role;
         let yaml = seats[i].yaml.clone();
-        let (handle, at) = match &role.handle {
+        let (handle, at) = match role.explicit_handle() {
             Some(h) => {
                 if !is_valid_handle(h) {
                     findings.push(Finding::new(
@@ -114,7 +157,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
                         ),
                     ));
                 }
-                (h.clone(), yaml.key("handle"))
+                (h.to_owned(), yaml.key("handle"))
             }
             None => {
                 let derived = derive_handle(&role.name);
@@ -132,7 +175,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
         };
         if !handle.is_empty() {
             if let Some(&first) = by_handle.get(&handle) {
-                let how = if role.handle.is_some() {
+                let how = if role.explicit_handle().is_some() {
                     ""
                 } else {
                     " (derived from the name)"
@@ -151,157 +194,134 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
         seats[i].handle = handle;
     }
 
-    // Unit names are unique (`manages` and routing refer to them).
-    let mut unit_names: HashMap<&str, usize> = HashMap::new();
-    for (i, u) in units.iter().enumerate() {
-        if let Some(&first) = unit_names.get(u.unit.name.as_str()) {
-            findings.push(Finding::new(
-                u.yaml.key("name"),
-                format!(
-                    "unit name `{}` is already used by the unit at {}; unit names must be unique",
-                    u.unit.name, units[first].yaml
-                ),
-            ));
-        } else {
-            unit_names.insert(&u.unit.name, i);
-        }
-    }
-
-    // Seats by role name, in seat order (names need not be unique).
-    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
+    // A seat by name (the first of that name, as the original engine looks
+    // roles up) or, failing that, by handle.
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
     for (i, s) in seats.iter().enumerate() {
-        by_name.entry(s.role.name.as_str()).or_default().push(i);
+        by_name.entry(s.role.name.as_str()).or_insert(i);
     }
-    let lookup = |name: &str| -> Result<Target, String> {
-        if let Some(&i) = by_handle.get(name) {
-            return Ok(Target::Seat(i));
-        }
-        let by_name = by_name.get(name).map_or(&[][..], Vec::as_slice);
-        match by_name {
-            [one] => return Ok(Target::Seat(*one)),
-            [_, _, ..] => {
-                let handles: Vec<&str> =
-                    by_name.iter().map(|&i| seats[i].handle.as_str()).collect();
-                return Err(format!(
-                    "`{name}` is the name of {} roles; use a handle: {}",
-                    by_name.len(),
-                    handles.join(", ")
-                ));
-            }
-            [] => {}
-        }
-        if let Some(&u) = unit_names.get(name) {
-            return Ok(Target::Unit(u));
-        }
-        Err(format!(
-            "`{name}` names no role (by handle or name) and no unit"
-        ))
+    let seat_named = |name: &str| -> Option<usize> {
+        by_name
+            .get(name)
+            .or_else(|| by_handle.get(name))
+            .copied()
     };
 
-    // Leads: own, else inherited. Parents come before children in `units`.
+    // Leads: own, else inherited from the parent. Resolved among the unit's
+    // own roles first, then anywhere in the company.
+    let n = seats.len();
     let mut lead: Vec<Option<usize>> = vec![None; units.len()];
     let mut inherited = vec![false; units.len()];
+    let mut lead_name: Vec<Option<&str>> = vec![None; units.len()];
     for u in 0..units.len() {
-        let own = units[u].unit.lead.as_deref().and_then(|name| {
-            let found = units[u].seats.iter().copied().find(|&s| {
-                seats[s].handle == name || seats[s].role.name == name
-            });
-            if found.is_none() {
-                let at = units[u].yaml.key("lead");
-                let mine: Vec<&str> =
-                    units[u].seats.iter().map(|&s| seats[s].handle.as_str()).collect();
-                let message = match lookup(name) {
-                    Ok(Target::Seat(s)) => format!(
-                        "lead `{name}` is not a role of unit `{}` but of {}; a lead must be one of the unit's own roles",
-                        units[u].unit.name,
-                        match seats[s].unit {
-                            Some(other) => format!("unit `{}`", units[other].unit.name),
-                            None => "the org-wide roles".into(),
-                        }
-                    ),
-                    _ if mine.is_empty() => format!(
-                        "lead `{name}` is not a role of unit `{}`, which has no roles of its own",
-                        units[u].unit.name
-                    ),
-                    _ => format!(
-                        "lead `{name}` is not a role of unit `{}` (its roles: {})",
-                        units[u].unit.name,
-                        mine.join(", ")
-                    ),
-                };
-                findings.push(Finding::new(at, message));
-            }
-            found
-        });
-        match (own, units[u].parent) {
-            (Some(s), _) => lead[u] = Some(s),
+        let own = units[u].unit.explicit_lead();
+        let name = match (own, units[u].parent) {
+            (Some(l), _) => Some(l),
             (None, Some(p)) => {
-                lead[u] = lead[p];
-                inherited[u] = lead[p].is_some();
+                inherited[u] = lead_name[p].is_some();
+                lead_name[p]
             }
-            (None, None) => {}
+            (None, None) => None,
+        };
+        lead_name[u] = name;
+        let Some(name) = name else { continue };
+        let direct = units[u]
+            .seats
+            .iter()
+            .copied()
+            .find(|&s| seats[s].role.name == name || seats[s].handle == name);
+        lead[u] = direct.or_else(|| seat_named(name));
+        if lead[u].is_none() && own.is_some() {
+            findings.push(Finding::warning(
+                units[u].yaml.key("lead"),
+                format!(
+                    "lead `{name}` names no role; unit `{}` has no lead until a role of that name exists",
+                    units[u].unit.name
+                ),
+            ));
         }
     }
 
-    // Explicit management.
-    let n = seats.len();
-    let mut manager: Vec<Option<usize>> = vec![None; n];
-    let mut edge_at: Vec<Option<YamlPath>> = vec![None; n];
+    // Who manages whom: explicit `manages` (roles, or units meaning every
+    // role of the unit and its sub-units), then each unit's lead over the
+    // unit's own roles that no role of the unit manages.
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut edge_at: HashMap<(usize, usize), YamlPath> = HashMap::new();
     for s in 0..n {
         for (j, name) in seats[s].role.manages.iter().enumerate() {
             let at = seats[s].yaml.key("manages").index(j);
-            let targets = match lookup(name) {
-                Ok(Target::Seat(t)) if t == s => {
-                    findings.push(Finding::new(at, format!("`{name}` is this seat itself")));
+            let targets: Vec<usize> = match seat_named(name) {
+                Some(t) if t == s => {
+                    findings.push(Finding::warning(
+                        at,
+                        format!("`{name}` is this seat itself; ignored"),
+                    ));
                     continue;
                 }
-                Ok(Target::Seat(t)) => vec![t],
-                Ok(Target::Unit(u)) => units[u].seats.iter().copied().filter(|&t| t != s).collect(),
-                Err(message) => {
-                    findings.push(Finding::new(at, format!("manages {message}")));
-                    continue;
-                }
+                Some(t) => vec![t],
+                None => match unit_names.get(name.as_str()) {
+                    Some(&u) => subtree_seats(&units, u)
+                        .into_iter()
+                        .filter(|&t| t != s)
+                        .collect(),
+                    None => {
+                        findings.push(Finding::warning(
+                            at,
+                            format!("manages `{name}`, which names no role and no unit; ignored"),
+                        ));
+                        continue;
+                    }
+                },
             };
             for t in targets {
-                match manager[t] {
-                    None => {
-                        manager[t] = Some(s);
-                        edge_at[t] = Some(at.clone());
-                    }
-                    Some(m) if m == s => {}
-                    Some(m) => findings.push(Finding::new(
-                        at.clone(),
-                        format!(
-                            "`{}` is already managed by `{}` ({}); a seat has one manager",
-                            seats[t].handle,
-                            seats[m].handle,
-                            edge_at[t]
-                                .as_ref()
-                                .map(ToString::to_string)
-                                .unwrap_or_default()
-                        ),
-                    )),
+                if !edges[s].contains(&t) {
+                    edges[s].push(t);
+                    edge_at.entry((s, t)).or_insert_with(|| at.clone());
                 }
             }
         }
     }
-
-    // Implicit management: the nearest lead above that is not the seat itself.
-    for t in 0..n {
-        if manager[t].is_some() {
+    for u in 0..units.len() {
+        let Some(l) = lead[u] else { continue };
+        let own = &units[u].seats;
+        // The original does not auto-manage for a lead that is inherited and
+        // is one of the unit's own roles.
+        if inherited[u] && own.contains(&l) {
             continue;
         }
-        let mut unit = seats[t].unit;
-        while let Some(u) = unit {
-            if let Some(l) = lead[u].filter(|&l| l != t) {
-                manager[t] = Some(l);
-                break;
+        let mentioned: HashSet<&str> = own
+            .iter()
+            .flat_map(|&s| seats[s].role.manages.iter().map(String::as_str))
+            .collect();
+        let lead_names = [seats[l].role.name.as_str(), seats[l].handle.as_str()];
+        for &r in own {
+            let named = mentioned.contains(seats[r].role.name.as_str())
+                || mentioned.contains(seats[r].handle.as_str());
+            let manages_lead = seats[r]
+                .role
+                .manages
+                .iter()
+                .any(|m| lead_names.contains(&m.as_str()));
+            if r != l && !named && !manages_lead && !edges[l].contains(&r) {
+                edges[l].push(r);
             }
-            unit = units[u].parent;
         }
     }
 
-    // Cycles: report each once, at an explicit `manages` entry on it, and cut it.
+    // A seat's manager is the first seat, in seat order, that manages it.
+    let mut manager: Vec<Option<usize>> = vec![None; n];
+    let mut managers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for s in 0..n {
+        for &t in &edges[s] {
+            managers[t].push(s);
+            if manager[t].is_none() {
+                manager[t] = Some(s);
+            }
+        }
+    }
+
+    // Cycles: reported once each as a warning, and cut (the original
+    // engine's manager chains stop where they would repeat).
     let mut state = vec![0u8; n];
     for start in 0..n {
         if state[start] != 0 {
@@ -324,14 +344,17 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
                     let cut = cycle
                         .iter()
                         .copied()
-                        .find(|&x| edge_at[x].is_some())
+                        .find(|&x| manager[x].is_some_and(|mx| edge_at.contains_key(&(mx, x))))
                         .unwrap_or(m);
-                    let at = edge_at[cut]
-                        .clone()
+                    let at = manager[cut]
+                        .and_then(|mc| edge_at.get(&(mc, cut)).cloned())
                         .unwrap_or_else(|| seats[cut].yaml.clone());
-                    findings.push(Finding::new(
+                    findings.push(Finding::warning(
                         at,
-                        format!("management cycle: {names} (each seat reports to the next)"),
+                        format!(
+                            "management cycle: {names} (each seat reports to the next); `{}` is treated as having no manager",
+                            seats[cut].handle
+                        ),
                     ));
                     manager[cut] = None;
                     break;
@@ -345,36 +368,19 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
     }
 
     // Seats out.
-    let mut reports: Vec<Vec<String>> = vec![Vec::new(); n];
-    for t in 0..n {
-        if let Some(m) = manager[t] {
-            reports[m].push(seats[t].handle.clone());
-        }
-    }
     let mut chains = manager_chains(&manager, |s| seats[s].handle.as_str());
     let out_seats: Vec<Seat> = seats
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let mut mcp_env = IndexMap::new();
-            if let Some(u) = s.unit {
-                let mut line = vec![u];
-                let mut p = units[u].parent;
-                while let Some(x) = p {
-                    line.push(x);
-                    p = units[x].parent;
-                }
-                for x in line.into_iter().rev() {
-                    mcp_env.extend(
-                        units[x]
-                            .unit
-                            .mcp_env
-                            .iter()
-                            .map(|(k, v)| (k.clone(), v.clone())),
-                    );
-                }
+            let mut mcp_env: IndexMap<String, IndexMap<String, String>> = s
+                .unit
+                .map(|u| units[u].unit.mcp_env.clone())
+                .unwrap_or_default();
+            for (server, vars) in &s.role.mcp_env {
+                let merged = mcp_env.entry(server.clone()).or_default();
+                merged.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            mcp_env.extend(s.role.mcp_env.iter().map(|(k, v)| (k.clone(), v.clone())));
             Seat {
                 handle: s.handle.clone(),
                 name: s.role.name.clone(),
@@ -384,8 +390,9 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
                 unit_path: s.unit.map(|u| units[u].path.clone()).unwrap_or_default(),
                 yaml_path: s.yaml.to_string(),
                 manager: manager[i].map(|m| seats[m].handle.clone()),
+                managers: managers[i].iter().map(|&m| seats[m].handle.clone()).collect(),
                 manager_chain: std::mem::take(&mut chains[i]),
-                reports: std::mem::take(&mut reports[i]),
+                reports: edges[i].iter().map(|&t| seats[t].handle.clone()).collect(),
                 mcp_env,
                 role: s.role.clone(),
             }
@@ -413,6 +420,17 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
         by_handle,
     };
     (org, findings)
+}
+
+/// Seats of unit `u` and of every unit below it.
+fn subtree_seats(units: &[UnitDraft<'_>], u: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut stack = vec![u];
+    while let Some(x) = stack.pop() {
+        out.extend(units[x].seats.iter().copied());
+        stack.extend(units[x].children.iter().rev().copied());
+    }
+    out
 }
 
 /// Every seat's manager chain, given each seat's manager (no cycles left).

@@ -45,8 +45,9 @@ impl LookupColleague {
             v["contact"] = json!({
                 "email": c.email,
                 "slack_user_id": c.slack_user_id,
-                "github": c.github,
-                "gitlab": c.gitlab,
+                "mattermost_user_id": c.mattermost_user_id,
+                "github_login": c.github_login,
+                "gitlab_username": c.gitlab_username,
             });
         }
         v

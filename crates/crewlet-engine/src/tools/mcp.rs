@@ -1,10 +1,12 @@
 //! MCP servers of the company, started through crewlet-integrations'
 //! [`McpHub`], and their tools adapted to crewlet-turn's [`Tool`].
 //!
-//! - Shared servers (`scope: shared`) start once; every agent seat sees their tools.
-//! - Per-role servers start once per agent seat that lists them in its
-//!   `mcp_servers`, with the seat's `mcp_env` (environment for stdio,
-//!   headers for HTTP): each seat acts with its own credentials.
+//! - Shared servers (`shared: true`, the default) start once; every agent
+//!   seat sees their tools.
+//! - A `shared: false` server starts once per agent seat with an
+//!   `mcp_env.<server>` entry (its own or its unit's; or that lists it in
+//!   Crewlet's role `mcp_servers`), with those values as environment (stdio)
+//!   or headers (HTTP): each seat acts with its own credentials.
 //! - A tool is registered as `{server}__{tool}` (one registry entry for
 //!   every seat running that server; a call goes to the calling seat's own
 //!   instance), visible only to the seats that run it.
@@ -17,8 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use crewlet_config::{
-    Company, McpScope as ConfigScope, McpServer, McpTransport as ConfigTransport, Organization,
-    interpolate,
+    Company, McpServer, McpTransport as ConfigTransport, Organization, interpolate,
 };
 use crewlet_core::{Event, EventType};
 use crewlet_integrations::{
@@ -100,9 +101,10 @@ fn spec(name: &str, server: &McpServer, env: Env<'_>) -> Result<McpServerSpec, S
         }
         out = out.with_header(k.clone(), value);
     }
+    let seconds = |s: f64| Duration::from_secs_f64(s.clamp(0.001, 86_400.0));
     Ok(out.with_timeouts(
-        Duration::from_secs(server.startup_timeout_seconds.max(1)),
-        Duration::from_secs(server.request_timeout_seconds.max(1)),
+        seconds(server.startup_timeout_seconds),
+        seconds(server.request_timeout_seconds),
     ))
 }
 
@@ -145,51 +147,55 @@ pub(crate) async fn start(
 ) -> McpStarted {
     let mut plan = McpHubPlan::default();
     let mut failures: Vec<McpStartFailure> = Vec::new();
-    for (name, server) in &company.mcp_servers {
-        if server.scope != ConfigScope::Shared {
+    let mut seen = BTreeSet::new();
+    for server in &company.mcp_servers {
+        // A repeated name: the first definition is the one used.
+        if !server.shared || !seen.insert(server.name.as_str()) {
             continue;
         }
-        match spec(name, server, env) {
+        match spec(&server.name, server, env) {
             Ok(s) => plan.shared.push(s),
-            Err(reason) => failures.push(config_failure(McpScope::Shared, name, reason)),
+            Err(reason) => failures.push(config_failure(McpScope::Shared, &server.name, reason)),
         }
     }
     for seat in org.agents() {
-        if seat.role.mcp_servers.is_empty() {
-            continue;
-        }
         let scope = || McpScope::Role(seat.handle.clone());
-        let mut mcp_env = BTreeMap::new();
-        let mut env_error = None;
-        for (k, v) in &seat.mcp_env {
-            match interpolate(v, |var| env(var)) {
-                Ok(value) => {
-                    crewlet_telemetry::register_secret(value.clone());
-                    mcp_env.insert(k.clone(), value);
-                }
-                Err(e) => env_error = Some(format!("mcp_env.{k}: {e}")),
-            }
-        }
-        let mut servers = Vec::new();
-        for name in &seat.role.mcp_servers {
-            let Some(server) = company.mcp_servers.get(name) else {
+        // The seat's own servers: those it has credentials for, then those
+        // it lists, each once, in the company's order.
+        let wanted = |server: &McpServer| {
+            !server.shared
+                && (seat.mcp_env.contains_key(&server.name)
+                    || seat.role.mcp_servers.contains(&server.name))
+        };
+        let mut mine = BTreeSet::new();
+        for server in company.mcp_servers.iter().filter(|s| wanted(s)) {
+            if !mine.insert(server.name.as_str()) {
                 continue;
-            };
-            if let Some(reason) = &env_error {
-                failures.push(config_failure(scope(), name, reason.clone()));
+            }
+            let name = &server.name;
+            let mut mcp_env = BTreeMap::new();
+            let mut env_error = None;
+            for (k, v) in seat.mcp_env.get(name).into_iter().flatten() {
+                match interpolate(v, |var| env(var)) {
+                    Ok(value) => {
+                        crewlet_telemetry::register_secret(value.clone());
+                        mcp_env.insert(k.clone(), value);
+                    }
+                    Err(e) => env_error = Some(format!("mcp_env.{name}.{k}: {e}")),
+                }
+            }
+            if let Some(reason) = env_error {
+                failures.push(config_failure(scope(), name, reason));
                 continue;
             }
             match spec(name, server, env) {
-                Ok(s) => servers.push(s),
+                Ok(s) => plan.roles.push(RoleMcpServers {
+                    role: seat.handle.clone(),
+                    servers: vec![s],
+                    mcp_env,
+                }),
                 Err(reason) => failures.push(config_failure(scope(), name, reason)),
             }
-        }
-        if !servers.is_empty() {
-            plan.roles.push(RoleMcpServers {
-                role: seat.handle.clone(),
-                servers,
-                mcp_env,
-            });
         }
     }
     let planned = plan.shared.len() + plan.roles.iter().map(|r| r.servers.len()).sum::<usize>();

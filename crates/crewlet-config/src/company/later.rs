@@ -1,0 +1,312 @@
+//! Settings of capabilities the original engine has and Crewlet does not
+//! have yet: the code sandbox, fleet placement, the knowledge system and
+//! subscription (CLI) model backends. They are accepted and type-checked so
+//! the original's companies load unchanged; `crewlet validate` and the
+//! engine's start log name each one that is set and say it has no effect.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A seat's code sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSandbox {
+    /// Offer the seat a code sandbox.
+    #[serde(default)]
+    pub enabled: bool,
+    /// `claude-code`, `opencode`, or empty for the provider's default.
+    #[serde(default)]
+    pub coding_agent: CodingAgentChoice,
+    /// Seconds a paused sandbox is kept; negative: the provider's default.
+    #[serde(default = "minus_one")]
+    pub pause_ttl_seconds: f64,
+    /// MCP servers rendered into the sandbox.
+    #[serde(default)]
+    pub mcp: SandboxMcp,
+    /// Environment of the sandbox.
+    #[serde(default)]
+    pub env: IndexMap<String, String>,
+    /// Steps run when the seat's sandbox starts.
+    #[serde(default)]
+    pub setup: Vec<SetupStep>,
+}
+
+fn minus_one() -> f64 {
+    -1.0
+}
+
+/// A seat's coding agent, or the provider's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum CodingAgentChoice {
+    #[default]
+    #[serde(rename = "")]
+    Default,
+    #[serde(rename = "claude-code")]
+    ClaudeCode,
+    #[serde(rename = "opencode")]
+    Opencode,
+}
+
+/// Which of the seat's MCP servers the sandbox gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxMcp {
+    /// Names of the seat's MCP servers the sandbox gets.
+    #[serde(default)]
+    pub servers: Vec<String>,
+}
+
+/// One step run when a sandbox is set up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetupStep {
+    /// Name of the step.
+    pub name: String,
+    /// Files to write, path to content.
+    #[serde(default)]
+    pub files: IndexMap<String, String>,
+    /// Shell commands to run, in order.
+    #[serde(default)]
+    pub commands: Vec<String>,
+    /// Environment of the commands.
+    #[serde(default)]
+    pub env: IndexMap<String, String>,
+    /// What the step prepares, for the coding agent.
+    #[serde(default)]
+    pub brief: String,
+    /// Time allowed for the step, in seconds.
+    #[serde(default = "default_step_timeout")]
+    #[schemars(range(min = 0.001))]
+    pub timeout_seconds: f64,
+}
+
+fn default_step_timeout() -> f64 {
+    600.0
+}
+
+/// Which nodes of a fleet may run a seat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// Id of the node that runs the seat.
+    #[serde(default)]
+    pub node: String,
+    /// Labels a node needs to run the seat.
+    #[serde(default)]
+    pub labels: IndexMap<String, String>,
+}
+
+/// The company's code-sandbox provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxProvider {
+    /// Backend: `e2b`, `local`, `fake` or `none`.
+    #[serde(rename = "type", default)]
+    pub kind: SandboxKind,
+    /// Settings of the `local` backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalSandbox>,
+    /// API key of the hosted backend.
+    #[serde(default)]
+    pub api_key: String,
+    /// Domain of a self-hosted backend.
+    #[serde(default)]
+    pub domain: String,
+    /// Sandbox template (image) name.
+    #[serde(default)]
+    pub template: String,
+    /// Coding agent of seats that name none.
+    #[serde(default)]
+    pub default_coding_agent: CodingAgent,
+    /// Time allowed for one sandbox run, in seconds.
+    #[serde(default = "default_sandbox_timeout")]
+    #[schemars(range(min = 0.001))]
+    pub default_timeout_seconds: f64,
+    /// How long a paused sandbox is kept, in seconds.
+    #[serde(default = "default_pause_ttl")]
+    #[schemars(range(min = 0.0))]
+    pub default_pause_ttl_seconds: f64,
+    /// Steps run in every new sandbox.
+    #[serde(default)]
+    pub setup: Vec<SetupStep>,
+}
+
+fn default_sandbox_timeout() -> f64 {
+    900.0
+}
+
+fn default_pause_ttl() -> f64 {
+    1800.0
+}
+
+/// Sandbox backends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxKind {
+    #[default]
+    E2b,
+    Local,
+    Fake,
+    None,
+}
+
+/// Coding agents a sandbox can run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodingAgent {
+    #[default]
+    ClaudeCode,
+    Opencode,
+}
+
+/// A sandbox on this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSandbox {
+    /// `direct` (a process) or `container`.
+    #[serde(default)]
+    pub containment: Containment,
+    /// Container image.
+    #[serde(default)]
+    pub image: String,
+    /// Container runtime: `auto`, `docker` or `podman`.
+    #[serde(default)]
+    pub runtime: ContainerRuntime,
+    /// Directory for sandbox state.
+    #[serde(default)]
+    pub state_dir: String,
+    /// Container network.
+    #[serde(default)]
+    pub network: String,
+    /// Extra arguments for the container run.
+    #[serde(default)]
+    pub run_args: Vec<String>,
+}
+
+/// How a local sandbox is contained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Containment {
+    #[default]
+    Direct,
+    Container,
+}
+
+/// Container runtimes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerRuntime {
+    #[default]
+    Auto,
+    Docker,
+    Podman,
+}
+
+/// The knowledge system's read scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Knowledge {
+    /// Confluence spaces the knowledge search may read; empty: every space the account can read.
+    #[serde(default)]
+    pub confluence_spaces: Vec<String>,
+    /// Plane projects the knowledge search may read; empty: every project the account can read.
+    #[serde(default)]
+    pub plane_projects: Vec<String>,
+}
+
+/// A model backend driven through a coding CLI on a subscription.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CliAgent {
+    /// Which coding CLI to drive.
+    #[serde(default)]
+    pub agent: CliAgentKind,
+    /// Directory for the CLI's own state; empty: a default per provider.
+    #[serde(default)]
+    pub state_dir: String,
+    /// Time allowed for one CLI call, in seconds.
+    #[serde(default = "default_cli_timeout")]
+    pub timeout_seconds: f64,
+    /// CLI processes running at once.
+    #[serde(default = "default_cli_concurrency")]
+    pub max_concurrent: u32,
+    /// Environment for the CLI process.
+    #[serde(default)]
+    pub env: IndexMap<String, String>,
+    /// How the CLI authenticates.
+    #[serde(default)]
+    pub auth: CliAgentAuth,
+    /// CLI-specific settings passed through as they are.
+    #[serde(default)]
+    pub overrides: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_cli_timeout() -> f64 {
+    300.0
+}
+
+fn default_cli_concurrency() -> u32 {
+    4
+}
+
+/// The coding CLIs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CliAgentKind {
+    #[default]
+    ClaudeCode,
+    Codex,
+    GeminiCli,
+    QwenCode,
+    Opencode,
+    CursorAgent,
+    Copilot,
+    Grok,
+    Custom,
+}
+
+/// How a coding CLI authenticates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CliAgentAuth {
+    /// `subscription` (the CLI's login), `api-key` or `inherit-env`.
+    #[serde(default)]
+    pub mode: CliAuthMode,
+    /// Token for `api-key` mode.
+    #[serde(default)]
+    pub token: String,
+    /// Path of a saved login for `subscription` mode.
+    #[serde(default)]
+    pub credential_bundle: String,
+}
+
+/// CLI authentication modes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CliAuthMode {
+    #[default]
+    Subscription,
+    ApiKey,
+    InheritEnv,
+}
+
+/// How long a model key rests after it is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Cooldowns {
+    /// Rest after a rate-limit refusal, in seconds.
+    #[serde(default = "default_rate_limit_rest")]
+    pub rate_limit_seconds: u32,
+    /// Rest after an authentication refusal, in seconds.
+    #[serde(default = "default_auth_rest")]
+    pub auth_seconds: u32,
+}
+
+fn default_rate_limit_rest() -> u32 {
+    3600
+}
+
+fn default_auth_rest() -> u32 {
+    300
+}
