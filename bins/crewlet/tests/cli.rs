@@ -61,8 +61,14 @@ fn valid_examples_exit_0_with_a_summary() {
         out.contains("6 units, 12 seats (10 agent, 2 human)"),
         "{out}"
     );
+    // Two managers (the inherited lead and the SRE): the first is shown.
     assert!(
-        out.contains("release-eng    Release Engineer  -> sre"),
+        out.contains("release-eng    Release Engineer  -> platform-lead"),
+        "{out}"
+    );
+    // Keys with no effect yet are warnings, with their line; still exit 0.
+    assert!(
+        out.contains("examples/acme/company.yaml:57:3: warning: learning.enabled: has no effect yet"),
         "{out}"
     );
     assert!(
@@ -98,18 +104,21 @@ fn valid_examples_exit_0_with_a_summary() {
 fn invalid_files_exit_1_listing_every_problem() {
     let f = TempFile::new(
         "company.yaml",
-        "name: X\nprovidrs: {}\nroles:\n  - name: A\n    handle: Bad\n    manages: [ghost]\n",
+        "name: X\nprovidrs: {}\nroles:\n  - name: A\n    handle: Bad\n    manages: [ghost]\n    schedules:\n      - {name: s, cron: '61 * * * *', task: t}\n",
     );
     let o = crewlet(&["validate", f.arg()]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 5, "{out}");
-    // `providers` is absent, so its problem points at the document (line 1).
+    // Warnings first (the file would be accepted with them alone)...
     assert!(
-        lines[0].contains(":1:1: providers.llm: no LLM provider is configured"),
+        lines[0].contains(
+            ":6:15: warning: roles[0].manages[0]: manages `ghost`, which names no role"
+        ),
         "{out}"
     );
+    // ...then every problem, in file order.
     assert!(
         lines[1].ends_with(
             "company.yaml:2:1: providrs: unknown key `providrs`; did you mean `providers`?"
@@ -121,10 +130,10 @@ fn invalid_files_exit_1_listing_every_problem() {
         "{out}"
     );
     assert!(
-        lines[3].contains(":6:15: roles[0].manages[0]: manages `ghost` names no role"),
+        lines[3].contains(":8:") && lines[3].contains("roles[0].schedules[0].cron: cron `61 * * * *`"),
         "{out}"
     );
-    assert!(lines[4].ends_with("company.yaml: 4 problems"), "{out}");
+    assert!(lines[4].ends_with("company.yaml: 3 problems"), "{out}");
 }
 
 #[test]

@@ -93,8 +93,8 @@ integrations:
     webhook_secret: "{GITHUB_WEBHOOK_SECRET}"
     token: "{GITHUB_TOKEN}"
 mcp_servers:
-  chat:
-    scope: per_role
+  - name: chat
+    shared: false
     command: "{bin}"
     env:
       FAKE_MCP_LOG: "{log}"
@@ -102,10 +102,10 @@ mcp_servers:
 roles:
   - name: Engineer
     handle: eng
-    mcp_servers: [chat]
     mcp_env:
-      FAKE_MCP_IDENTITY: "{MCP_IDENTITY}"
-      CHAT_SESSION_SECRET: "{MCP_ROLE_SECRET}"
+      chat:
+        FAKE_MCP_IDENTITY: "{MCP_IDENTITY}"
+        CHAT_SESSION_SECRET: "{MCP_ROLE_SECRET}"
     integrations:
       slack:
         signing_secret: "{SLACK_SIGNING_SECRET}"

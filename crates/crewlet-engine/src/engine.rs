@@ -190,6 +190,11 @@ impl EngineBuilder {
         let started = Instant::now();
         let company = Arc::new(self.company);
         let org = Arc::new(company.organization());
+        // Keys that do nothing yet and references that resolve to nothing:
+        // the file is valid, but the operator should know.
+        for w in company.warnings() {
+            warn!(path = %w.path, "company setting: {}", w.message);
+        }
         let options = self.options;
         let queue = self.queue;
         let stores = self.stores;

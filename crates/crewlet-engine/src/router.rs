@@ -675,11 +675,11 @@ mod tests {
     const COMPANY: &str = r#"
 name: Routing Co
 roles:
-  - {name: Founder, handle: founder, kind: human, contact: {email: f@x.io, github: foundergh, slack_user_id: UFOUNDER}}
+  - {name: Founder, handle: founder, kind: human, contact: {email: f@x.io, github_login: foundergh, slack_user_id: UFOUNDER}}
   - {name: CEO, handle: ceo}
 units:
   - name: Engineering
-    lead: cto
+    lead: CTO
     integrations: {github_repositories: [acme/app], slack_channels: [CENG]}
     roles:
       - name: CTO
@@ -898,6 +898,61 @@ units:
         // nobody owns it: the top lead (ceo; the founder is human)
         let w = raw(Source::Jira, "OPS", None);
         assert_eq!(seat(r.resolve(&w).await), ("ceo".into(), "top_lead"));
+    }
+
+    /// The original engine's routing keys: a unit's single `jira.project`,
+    /// `confluence.space`, `plane.project` and `slack_channel`, an org-wide
+    /// seat's own project, and a role's `email`.
+    #[tokio::test]
+    async fn the_original_formats_routing_keys_route() {
+        let yaml = format!(
+            r#"
+name: Original Co
+roles:
+  - {{name: CEO, handle: ceo}}
+  - name: Triage
+    handle: triage
+    email: triage@x.io
+    integrations: {{jira: {{project: SUP}}, confluence: {{space: HELP}}}}
+units:
+  - name: Engineering
+    lead: CTO
+    slack_channel: CENG
+    integrations: {{jira: {{project: ENG}}, plane: {{project: web}}, confluence: {{space: ENGDOCS}}}}
+    roles:
+      - {{name: CTO, handle: cto}}
+      - {{name: Engineer, handle: eng, email: eng@x.io}}
+{}"#,
+            crate::TEST_LLM
+        );
+        let company = Company::from_yaml("t", &yaml).unwrap_or_else(|e| panic!("{e}"));
+        let org = Arc::new(company.organization());
+        let r = NotificationRouter::new(
+            &company,
+            org,
+            Arc::new(MemoryQueue::standalone()),
+            Arc::new(MemoryThreadFollows::new()),
+            Arc::new(MemoryWebhookDeliveries::new()),
+        );
+        for (source, project, want) in [
+            (Source::Jira, "ENG", ("cto", "unit_lead")),
+            (Source::Plane, "WEB", ("cto", "unit_lead")),
+            (Source::Confluence, "ENGDOCS", ("cto", "unit_lead")),
+            (Source::Slack, "CENG", ("cto", "unit_lead")),
+            (Source::Jira, "sup", ("triage", "project_owner")),
+            (Source::Confluence, "HELP", ("triage", "project_owner")),
+            (Source::Jira, "OTHER", ("ceo", "top_lead")),
+        ] {
+            let w = raw(source, project, None);
+            assert_eq!(
+                seat(r.resolve(&w).await),
+                (want.0.to_owned(), want.1),
+                "{source:?} {project}"
+            );
+        }
+        let mut w = raw(Source::Github, "acme/none", None);
+        w.notification.assignees = vec!["ENG@x.io".into()];
+        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "assignee"));
     }
 
     #[tokio::test]

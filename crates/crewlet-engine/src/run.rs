@@ -219,6 +219,9 @@ pub async fn run_until(
     options: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), EngineError> {
+    for w in bootstrap.warnings() {
+        warn!(path = %w.path, "bootstrap setting: {}", w.message);
+    }
     let backends = Backends::connect(&bootstrap).await?;
     info!(
         queue = backends.queue.backend(),
@@ -383,7 +386,7 @@ mod tests {
         let dir = temp("security");
         let file = dir.join("company.yaml");
         let yaml = format!(
-            "name: A\nroles:\n  - {{name: CEO, handle: ceo}}\n{}mcp_servers:\n  x:\n    command: /bin/sh\n",
+            "name: A\nroles:\n  - {{name: CEO, handle: ceo}}\n{}mcp_servers:\n  - name: x\n    command: /bin/sh\n",
             crate::TEST_LLM
         );
         std::fs::write(&file, yaml)
@@ -400,7 +403,7 @@ mod tests {
             .unwrap_or_default();
         assert!(
             err.contains(&format!("{}:", file.display()))
-                && err.contains("mcp_servers.x.command")
+                && err.contains("mcp_servers[0].command")
                 && err.contains("security.mcp_commands"),
             "{err}"
         );

@@ -26,24 +26,25 @@ providers:
   llm:
     fake: {{type: openai-compatible, model: m, base_url: "http://127.0.0.1:9/v1"}}
 mcp_servers:
-  broken:
+  - name: broken
     command: "{bin}"
     env: {{FAKE_MCP_FAIL_ON_START: "1"}}
     startup_timeout_seconds: 20
-  missing-secret:
+  - name: missing-secret
     transport: http
     url: "http://127.0.0.1:9/mcp"
     headers: {{Authorization: "Bearer ${{CREWLET_TEST_UNSET_MCP_TOKEN}}"}}
-  chat:
-    scope: per_role
+  - name: chat
+    shared: false
     command: "{bin}"
     env: {{FAKE_MCP_LOG: "{log}"}}
     startup_timeout_seconds: 20
 roles:
+  # Credentials for the per-seat `chat` server are what start the writer's
+  # own instance of it (the reader has none, so it gets none).
   - name: Writer
     handle: writer
-    mcp_servers: [chat]
-    mcp_env: {{FAKE_MCP_IDENTITY: writer-bot}}
+    mcp_env: {{chat: {{FAKE_MCP_IDENTITY: writer-bot}}}}
   - name: Reader
     handle: reader
 "#,

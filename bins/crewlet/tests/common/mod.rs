@@ -342,15 +342,14 @@ providers:
   llm:
     fake: {{type: openai-compatible, model: fake-model, base_url: "{base}", timeout_seconds: 30}}
 mcp_servers:
-  chat:
-    scope: per_role
+  - name: chat
+    shared: false
     command: "{bin}"
     env: {{FAKE_MCP_LOG: "{log}"}}
 roles:
   - name: Engineer
     handle: eng
-    mcp_servers: [chat]
-    mcp_env: {{FAKE_MCP_IDENTITY: eng-bot}}
+    mcp_env: {{chat: {{FAKE_MCP_IDENTITY: eng-bot}}}}
     integrations:
       slack: {{signing_secret: "{secret}", bot_user_id: UENG}}
 "#,

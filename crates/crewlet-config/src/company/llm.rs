@@ -259,6 +259,8 @@ impl LlmChoice {
 }
 
 /// A seat's model: a provider name, a fallback chain, or a choice per phase.
+// One per role, read at boot: the size of the per-phase map does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum LlmSpec {

@@ -194,18 +194,20 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
         seats[i].handle = handle;
     }
 
-    // A seat by name (the first of that name, as the original engine looks
-    // roles up) or, failing that, by handle.
-    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    // Seats by name, in seat order (names need not be unique): a lead is
+    // the first of its name, as the original engine looks roles up, and
+    // `manages` reaches every role of the name, as its `get_manager` does.
+    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, s) in seats.iter().enumerate() {
-        by_name.entry(s.role.name.as_str()).or_insert(i);
+        by_name.entry(s.role.name.as_str()).or_default().push(i);
     }
-    let seat_named = |name: &str| -> Option<usize> {
-        by_name
-            .get(name)
-            .or_else(|| by_handle.get(name))
-            .copied()
+    let seats_named = |name: &str| -> Vec<usize> {
+        match by_name.get(name) {
+            Some(all) => all.clone(),
+            None => by_handle.get(name).copied().into_iter().collect(),
+        }
     };
+    let seat_named = |name: &str| -> Option<usize> { seats_named(name).first().copied() };
 
     // Leads: own, else inherited from the parent. Resolved among the unit's
     // own roles first, then anywhere in the company.
@@ -225,12 +227,11 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
         };
         lead_name[u] = name;
         let Some(name) = name else { continue };
-        let direct = units[u]
-            .seats
-            .iter()
-            .copied()
-            .find(|&s| seats[s].role.name == name || seats[s].handle == name);
-        lead[u] = direct.or_else(|| seat_named(name));
+        // The unit's own roles, then its sub-units', then the company's.
+        let is = |s: &usize| seats[*s].role.name == name || seats[*s].handle == name;
+        let direct = units[u].seats.iter().copied().find(is);
+        let below = || subtree_seats(&units, u).into_iter().find(is);
+        lead[u] = direct.or_else(below).or_else(|| seat_named(name));
         if lead[u].is_none() && own.is_some() {
             findings.push(Finding::warning(
                 units[u].yaml.key("lead"),
@@ -250,16 +251,17 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
     for s in 0..n {
         for (j, name) in seats[s].role.manages.iter().enumerate() {
             let at = seats[s].yaml.key("manages").index(j);
-            let targets: Vec<usize> = match seat_named(name) {
-                Some(t) if t == s => {
+            let named = seats_named(name);
+            let targets: Vec<usize> = match named.as_slice() {
+                [t] if *t == s => {
                     findings.push(Finding::warning(
                         at,
                         format!("`{name}` is this seat itself; ignored"),
                     ));
                     continue;
                 }
-                Some(t) => vec![t],
-                None => match unit_names.get(name.as_str()) {
+                [_, ..] => named.into_iter().filter(|&t| t != s).collect(),
+                [] => match unit_names.get(name.as_str()) {
                     Some(&u) => subtree_seats(&units, u)
                         .into_iter()
                         .filter(|&t| t != s)
@@ -311,8 +313,8 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
     // A seat's manager is the first seat, in seat order, that manages it.
     let mut manager: Vec<Option<usize>> = vec![None; n];
     let mut managers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for s in 0..n {
-        for &t in &edges[s] {
+    for (s, targets) in edges.iter().enumerate() {
+        for &t in targets {
             managers[t].push(s);
             if manager[t].is_none() {
                 manager[t] = Some(s);

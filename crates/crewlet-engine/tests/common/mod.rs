@@ -103,9 +103,9 @@ integrations:
   github:
     webhook_secret: "{GITHUB_SECRET}"
 mcp_servers:
-  chat:
+  - name: chat
     transport: stdio
-    scope: per_role
+    shared: false
     command: "{bin}"
     env:
       FAKE_MCP_LOG: "{log}"
@@ -122,9 +122,9 @@ units:
     roles:
       - name: Engineer
         handle: eng
-        mcp_servers: [chat]
         mcp_env:
-          FAKE_MCP_IDENTITY: eng-bot
+          chat:
+            FAKE_MCP_IDENTITY: eng-bot
         integrations:
           slack:
             signing_secret: "{SLACK_SECRET}"
