@@ -86,8 +86,9 @@ pub struct HttpError {
     pub reason: String,
     pub retry_after: Option<u64>,
     pub problems: Option<Vec<Problem>>,
-    /// Fields of the original engine's error bodies, see [`ErrorBody`].
-    pub extra: ErrorExtra,
+    /// Fields of the original engine's error bodies, see [`ErrorBody`]
+    /// (boxed: most errors have none, and `HttpError` travels in `Result`s).
+    pub extra: Option<Box<ErrorExtra>>,
 }
 
 /// The optional fields of [`ErrorBody`] beyond `error` and `reason`.
@@ -108,17 +109,22 @@ impl HttpError {
             reason: reason.into(),
             retry_after: None,
             problems: None,
-            extra: ErrorExtra::default(),
+            extra: None,
         }
     }
 
+    /// The extra fields, created on first use.
+    pub fn extra_mut(&mut self) -> &mut ErrorExtra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.extra.hint = Some(hint.into());
+        self.extra_mut().hint = Some(hint.into());
         self
     }
 
     pub fn detail(mut self, detail: impl Into<String>) -> Self {
-        self.extra.detail = Some(detail.into());
+        self.extra_mut().detail = Some(detail.into());
         self
     }
 
@@ -178,14 +184,15 @@ impl From<StoreError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
+        let extra = self.extra.map(|e| *e).unwrap_or_default();
         let body = ErrorBody {
             error: self.error.to_owned(),
             reason: self.reason,
             problems: self.problems,
-            hint: self.extra.hint,
-            detail: self.extra.detail,
-            current_revision_id: self.extra.current_revision_id,
-            your_base: self.extra.your_base,
+            hint: extra.hint,
+            detail: extra.detail,
+            current_revision_id: extra.current_revision_id,
+            your_base: extra.your_base,
         };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {

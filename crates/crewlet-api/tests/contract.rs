@@ -51,7 +51,8 @@ async fn get_config_is_the_active_payload_as_json_or_yaml() {
     for yaml in [
         h.authed(h.get("/config?format=yaml")),
         h.authed(h.get("/config?format=YAML")),
-        h.authed(h.get("/config")).header("accept", "application/yaml"),
+        h.authed(h.get("/config"))
+            .header("accept", "application/yaml"),
     ] {
         let r = yaml.send().await.unwrap();
         assert_eq!(r.headers()["content-type"], "application/yaml");
@@ -59,11 +60,7 @@ async fn get_config_is_the_active_payload_as_json_or_yaml() {
         assert!(text.contains("name: Test Co"), "{text}");
     }
     // Any other format is JSON.
-    let r = h
-        .authed(h.get("/config?format=json"))
-        .send()
-        .await
-        .unwrap();
+    let r = h.authed(h.get("/config?format=json")).send().await.unwrap();
     assert_eq!(json_of(r).await["name"], "Test Co");
     h.stop().await;
 }
@@ -97,12 +94,22 @@ async fn put_config_needs_a_summary() {
         assert_eq!(r.status(), 400);
         let body = json_of(r).await;
         assert_eq!(body["error"], "summary_required");
-        assert!(body["hint"].as_str().unwrap().contains("X-Summary"), "{body}");
+        assert!(
+            body["hint"].as_str().unwrap().contains("X-Summary"),
+            "{body}"
+        );
     }
-    assert_eq!(h.stores.config.list(10).await.unwrap().len(), 1, "nothing stored");
+    assert_eq!(
+        h.stores.config.list(10).await.unwrap().len(),
+        1,
+        "nothing stored"
+    );
 
     // `_summary` in the body works and is not part of the company.
-    let yaml = format!("_summary: rename via body\n{}", COMPANY.replace("Test Co", "Body Co"));
+    let yaml = format!(
+        "_summary: rename via body\n{}",
+        COMPANY.replace("Test Co", "Body Co")
+    );
     let r = put(&h, yaml).send().await.unwrap();
     assert_eq!(r.status(), 201);
     let rev = json_of(r).await;
@@ -141,7 +148,10 @@ async fn put_config_is_201_with_the_revision_record() {
     let etag = r.headers()["etag"].to_str().unwrap().to_owned();
     let rev = json_of(r).await;
     assert!(is_uuid(&rev["revision_id"]), "{rev}");
-    assert_eq!(etag, format!("\"{}\"", rev["revision_id"].as_str().unwrap()));
+    assert_eq!(
+        etag,
+        format!("\"{}\"", rev["revision_id"].as_str().unwrap())
+    );
     assert_eq!(rev["parent_revision_id"], base.as_str());
     assert_eq!(rev["summary"], "rename the company");
     assert_eq!(rev["source"], "api");
@@ -150,7 +160,10 @@ async fn put_config_is_201_with_the_revision_record() {
     for t in ["created_at", "activated_at"] {
         let text = rev[t].as_str().unwrap();
         assert!(text.ends_with("+00:00"), "{t}: {text}");
-        assert!(chrono::DateTime::parse_from_rfc3339(text).is_ok(), "{t}: {text}");
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(text).is_ok(),
+            "{t}: {text}"
+        );
     }
     // Ours, kept as extra fields.
     assert_eq!(rev["revision_number"], 2);
@@ -176,7 +189,13 @@ async fn a_stale_if_match_is_409_revision_advanced() {
     assert_eq!(r.status(), 201, "no If-Match: last writer wins");
     let second = json_of(r).await["revision_id"].as_str().unwrap().to_owned();
 
-    for stale in [first.clone(), format!("\"{first}\""), "none".into(), "garbage".into(), "1".into()] {
+    for stale in [
+        first.clone(),
+        format!("\"{first}\""),
+        "none".into(),
+        "garbage".into(),
+        "1".into(),
+    ] {
         let r = put(&h, COMPANY.replace("Test Co", "Three"))
             .header("x-summary", "three")
             .header("if-match", stale.as_str())
@@ -189,9 +208,17 @@ async fn a_stale_if_match_is_409_revision_advanced() {
         assert_eq!(body["current_revision_id"], second.as_str());
         assert_eq!(body["your_base"], stale.as_str());
     }
-    assert_eq!(h.stores.config.list(10).await.unwrap().len(), 2, "nothing stored");
+    assert_eq!(
+        h.stores.config.list(10).await.unwrap().len(),
+        2,
+        "nothing stored"
+    );
     // The current one (as uuid, entity tag, or our number) goes through.
-    for (good, n) in [(format!("W/\"{second}\""), 3), ("3".to_owned(), 4), ("*".to_owned(), 5)] {
+    for (good, n) in [
+        (format!("W/\"{second}\""), 3),
+        ("3".to_owned(), 4),
+        ("*".to_owned(), 5),
+    ] {
         let r = put(&h, COMPANY.replace("Test Co", &format!("Co {n}")))
             .header("x-summary", "next")
             .header("if-match", good.as_str())
@@ -266,7 +293,14 @@ async fn bad_bodies_are_400_with_the_originals_codes() {
         "{problems:#?}"
     );
     // A syntax error is located too.
-    let b = json_of(put(&h, "name: [unclosed").header("x-summary", "x").send().await.unwrap()).await;
+    let b = json_of(
+        put(&h, "name: [unclosed")
+            .header("x-summary", "x")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert!(b["problems"][0]["line"].is_number(), "{b}");
     // Ours: a body that is neither YAML nor JSON by its type is 415.
     let r = h
@@ -278,7 +312,11 @@ async fn bad_bodies_are_400_with_the_originals_codes() {
         .await
         .unwrap();
     assert_eq!(r.status(), 415);
-    assert_eq!(h.stores.config.list(10).await.unwrap().len(), 1, "nothing stored");
+    assert_eq!(
+        h.stores.config.list(10).await.unwrap().len(),
+        1,
+        "nothing stored"
+    );
     h.stop().await;
 }
 
@@ -295,9 +333,17 @@ async fn revisions_are_a_paged_array_newest_first() {
     }
     let all = json_of(h.authed(h.get("/config/revisions")).send().await.unwrap()).await;
     let all = all.as_array().unwrap();
-    let numbers: Vec<i64> = all.iter().map(|r| r["revision_number"].as_i64().unwrap()).collect();
+    let numbers: Vec<i64> = all
+        .iter()
+        .map(|r| r["revision_number"].as_i64().unwrap())
+        .collect();
     assert_eq!(numbers, [5, 4, 3, 2, 1]);
-    let keys: Vec<&str> = all[0].as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = all[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     for k in [
         "revision_id",
         "parent_revision_id",
@@ -340,7 +386,11 @@ async fn revisions_are_a_paged_array_newest_first() {
     }
 
     // The audit view: the same records in a wrapper.
-    let r = h.authed(h.get("/config/audit?limit=3")).send().await.unwrap();
+    let r = h
+        .authed(h.get("/config/audit?limit=3"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let audit = json_of(r).await;
     assert_eq!(audit["revisions"].as_array().unwrap()[..], all[..3]);
@@ -380,7 +430,11 @@ async fn one_revision_with_its_payload_and_a_diff() {
     // Ours: the number names it too.
     let by_number = json_of(h.authed(h.get("/config/revisions/1")).send().await.unwrap()).await;
     assert_eq!(by_number["revision_id"], first.as_str());
-    let r = h.authed(h.get("/config/revisions/not-a-uuid")).send().await.unwrap();
+    let r = h
+        .authed(h.get("/config/revisions/not-a-uuid"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(json_of(r).await["error"], "invalid_uuid");
     let missing = uuid::Uuid::new_v4();
@@ -439,7 +493,10 @@ async fn revert_makes_a_new_active_revision_with_the_old_payload() {
     let second = active_id(&h).await;
 
     let r = h
-        .authed(h.http.post(h.url(&format!("/config/revisions/{first}/revert"))))
+        .authed(
+            h.http
+                .post(h.url(&format!("/config/revisions/{first}/revert"))),
+        )
         .send()
         .await
         .unwrap();
@@ -466,7 +523,10 @@ async fn revert_makes_a_new_active_revision_with_the_old_payload() {
 
     let missing = uuid::Uuid::new_v4();
     let r = h
-        .authed(h.http.post(h.url(&format!("/config/revisions/{missing}/revert"))))
+        .authed(
+            h.http
+                .post(h.url(&format!("/config/revisions/{missing}/revert"))),
+        )
         .send()
         .await
         .unwrap();
@@ -482,7 +542,10 @@ async fn revert_makes_a_new_active_revision_with_the_old_payload() {
 
     // Ours: `activate` is the same revert answering 200, with If-Match.
     let r = h
-        .authed(h.http.post(h.url(&format!("/config/revisions/{second}/activate"))))
+        .authed(
+            h.http
+                .post(h.url(&format!("/config/revisions/{second}/activate"))),
+        )
         .header("if-match", first.as_str())
         .send()
         .await
@@ -490,7 +553,10 @@ async fn revert_makes_a_new_active_revision_with_the_old_payload() {
     assert_eq!(r.status(), 409);
     assert_eq!(json_of(r).await["error"], "revision_advanced");
     let r = h
-        .authed(h.http.post(h.url(&format!("/config/revisions/{second}/activate"))))
+        .authed(
+            h.http
+                .post(h.url(&format!("/config/revisions/{second}/activate"))),
+        )
         .send()
         .await
         .unwrap();
@@ -537,7 +603,10 @@ async fn token_breakdown_has_the_originals_parameters_and_shape() {
     let b = get("").await;
     assert_eq!(b["since_days"], 7);
     assert_eq!(b["agent_role"], "");
-    assert_eq!(b["totals"], json!({"input_tokens": 42, "output_tokens": 4, "total_tokens": 46, "calls": 4}));
+    assert_eq!(
+        b["totals"],
+        json!({"input_tokens": 42, "output_tokens": 4, "total_tokens": 46, "calls": 4})
+    );
     for key in ["by_phase", "by_model", "by_worker", "by_agent", "by_turn"] {
         assert!(b[key].is_array(), "{key}");
     }
@@ -547,12 +616,20 @@ async fn token_breakdown_has_the_originals_parameters_and_shape() {
     let eng = &b["by_agent"][0];
     assert_eq!(eng["role"], "eng");
     assert_eq!(eng["handle"], "eng", "filled in from the organization");
-    assert_eq!(eng["agent_id"], AgentId::for_seat("Test Co", "eng").to_string());
+    assert_eq!(
+        eng["agent_id"],
+        AgentId::for_seat("Test Co", "eng").to_string()
+    );
     assert_eq!(eng["total_tokens"], 32);
     assert_eq!(eng["by_phase"]["plan"]["total_tokens"], 11);
     assert_eq!(eng["by_phase"]["execute"]["calls"], 1);
     // Turns newest first, with their span.
-    let turns: Vec<&str> = b["by_turn"].as_array().unwrap().iter().map(|t| t["turn_id"].as_str().unwrap()).collect();
+    let turns: Vec<&str> = b["by_turn"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["turn_id"].as_str().unwrap())
+        .collect();
     assert_eq!(turns, ["t2", "t1", "t3"]);
     let t1 = &b["by_turn"][1];
     assert!(t1["started_at"].as_str().unwrap() < t1["ended_at"].as_str().unwrap());
@@ -570,11 +647,33 @@ async fn token_breakdown_has_the_originals_parameters_and_shape() {
     assert_eq!(cto["agent_role"], "cto");
     assert_eq!(cto["totals"]["calls"], 2);
     assert_eq!(cto["by_agent"].as_array().unwrap().len(), 1);
-    assert_eq!(get("?agent_role=").await["totals"]["calls"], 4, "empty is every role");
+    assert_eq!(
+        get("?agent_role=").await["totals"]["calls"],
+        4,
+        "empty is every role"
+    );
     // recent_turns caps by_turn (cut to 1..=500).
-    assert_eq!(get("?recent_turns=1").await["by_turn"].as_array().unwrap().len(), 1);
-    assert_eq!(get("?recent_turns=0").await["by_turn"].as_array().unwrap().len(), 1);
-    assert_eq!(get("?recent_turns=many").await["by_turn"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        get("?recent_turns=1").await["by_turn"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        get("?recent_turns=0").await["by_turn"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        get("?recent_turns=many").await["by_turn"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
     // Nothing matched: the same skeleton, empty watermark.
     let none = get("?agent_role=ghost").await;
     assert_eq!(none["totals"]["calls"], 0);
@@ -601,8 +700,14 @@ async fn budgets_show_caps_durable_usage_and_refusals() {
         agent_max: 100,
     };
     let ledger = &h.stores.ledger;
-    assert_eq!(ledger.charge(&charge(60)).await.unwrap(), ChargeOutcome::Charged);
-    assert!(matches!(ledger.charge(&charge(60)).await.unwrap(), ChargeOutcome::Refused(_)));
+    assert_eq!(
+        ledger.charge(&charge(60)).await.unwrap(),
+        ChargeOutcome::Charged
+    );
+    assert!(matches!(
+        ledger.charge(&charge(60)).await.unwrap(),
+        ChargeOutcome::Refused(_)
+    ));
 
     let r = h.get("/budgets").send().await.unwrap();
     assert_eq!(r.status(), 200);

@@ -254,8 +254,18 @@ async fn composite_answers_from_memory_when_the_durable_store_is_down() -> anyho
         2
     );
     assert!(composite.get(e.id).await?.is_some());
-    assert!(composite.token_breakdown(&BreakdownQuery::days(1)).await.is_ok());
-    assert!(composite.token_breakdown(&BreakdownQuery::days(0)).await.is_err());
+    assert!(
+        composite
+            .token_breakdown(&BreakdownQuery::days(1))
+            .await
+            .is_ok()
+    );
+    assert!(
+        composite
+            .token_breakdown(&BreakdownQuery::days(0))
+            .await
+            .is_err()
+    );
     Ok(())
 }
 

@@ -242,8 +242,10 @@ fn revision_advanced(current: Option<&ConfigRevision>, your_base: Option<String>
             current.map_or_else(|| "none".to_owned(), |r| r.uuid.to_string())
         ),
     );
-    e.extra.current_revision_id = Some(current.map_or(Value::Null, |r| Value::String(r.uuid.to_string())));
-    e.extra.your_base = Some(your_base.map_or(Value::Null, Value::String));
+    let extra = e.extra_mut();
+    extra.current_revision_id =
+        Some(current.map_or(Value::Null, |r| Value::String(r.uuid.to_string())));
+    extra.your_base = Some(your_base.map_or(Value::Null, Value::String));
     e
 }
 
@@ -658,12 +660,7 @@ pub async fn revisions(
     let offset = non_negative(&query, "offset", 0).ok_or_else(bad)?;
     let limit = u32::try_from(limit.min(MAX_PAGE)).unwrap_or(0);
     let offset = u64::try_from(offset).unwrap_or(0);
-    let list = state
-        .inner()
-        .stores
-        .config
-        .list_page(limit, offset)
-        .await?;
+    let list = state.inner().stores.config.list_page(limit, offset).await?;
     Ok(Json(list.iter().map(RevisionRecord::from).collect()))
 }
 

@@ -7,14 +7,14 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use chrono::{DateTime, Utc};
-use crewlet_core::{Category, Event, EventType, TraceId};
 use crewlet_config::Organization;
+use crewlet_core::{Category, Event, EventType, TraceId};
 use crewlet_store::{
     BreakdownQuery, BudgetRow, Cursor, DEFAULT_RECENT_TURNS, EventPage, EventQuery,
     MAX_BREAKDOWN_DAYS, MAX_TURNS_IN_BREAKDOWN, TokenBreakdown, UsageRow, agent_scope,
 };
-use tracing::warn;
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 

@@ -248,7 +248,9 @@ fn by_tokens<T>(rows: &mut [T], key: impl Fn(&T) -> (&TokenTotals, &str)) {
     rows.sort_by(|a, b| {
         let (ta, ka) = key(a);
         let (tb, kb) = key(b);
-        tb.total_tokens.cmp(&ta.total_tokens).then_with(|| ka.cmp(kb))
+        tb.total_tokens
+            .cmp(&ta.total_tokens)
+            .then_with(|| ka.cmp(kb))
     });
 }
 
@@ -331,11 +333,10 @@ pub fn rollup(
             },
             id_at: None,
         });
-        if let Some(id) = &g.agent_id {
-            if agent.id_at.is_none_or(|at| g.last_at >= at) {
-                agent.group.agent_id = id.clone();
-                agent.id_at = Some(g.last_at);
-            }
+        let newer = agent.id_at.is_none_or(|at| g.last_at >= at);
+        if let Some(id) = g.agent_id.as_ref().filter(|_| newer) {
+            agent.group.agent_id = id.clone();
+            agent.id_at = Some(g.last_at);
         }
         add(&mut agent.group.tokens, &g.tokens);
         add(

@@ -256,10 +256,7 @@ impl EventStore for BufferedEventStore {
         self.shared.store.by_trace(trace_id).await
     }
 
-    async fn token_breakdown(
-        &self,
-        query: &BreakdownQuery,
-    ) -> Result<TokenBreakdown, StoreError> {
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
         self.shared.store.token_breakdown(query).await
     }
 }

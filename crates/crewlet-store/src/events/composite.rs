@@ -97,10 +97,7 @@ impl EventStore for CompositeEventStore {
         Ok(events)
     }
 
-    async fn token_breakdown(
-        &self,
-        query: &BreakdownQuery,
-    ) -> Result<TokenBreakdown, StoreError> {
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
         match self.durable.token_breakdown(query).await {
             Ok(b) => Ok(b),
             Err(e @ StoreError::InvalidInput { .. }) => Err(e),

@@ -108,10 +108,7 @@ impl EventStore for MemoryEventStore {
         Ok(events)
     }
 
-    async fn token_breakdown(
-        &self,
-        query: &BreakdownQuery,
-    ) -> Result<TokenBreakdown, StoreError> {
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
         let since_days = check_breakdown(query)?;
         let since = Utc::now() - Duration::days(i64::from(since_days));
         let role = query.agent_role.as_deref();

@@ -56,8 +56,7 @@ pub trait EventStore: Send + Sync {
     /// `since_days` days (1..=30), optionally of one agent role, by phase,
     /// model, auxiliary worker, agent role and (the `recent_turns` latest,
     /// 1..=500) turn.
-    async fn token_breakdown(&self, query: &BreakdownQuery)
-    -> Result<TokenBreakdown, StoreError>;
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError>;
 }
 
 /// The events a store keeps, with timestamps cut to microseconds.

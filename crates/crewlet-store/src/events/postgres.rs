@@ -467,10 +467,7 @@ impl EventStore for PostgresEventStore {
         rows.iter().map(read_event).collect()
     }
 
-    async fn token_breakdown(
-        &self,
-        query: &BreakdownQuery,
-    ) -> Result<TokenBreakdown, StoreError> {
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
         let since_days = check_breakdown(query)?;
         let since = Utc::now() - Duration::days(i64::from(since_days));
         // One scan of the covering partial index, summed at the finest grain

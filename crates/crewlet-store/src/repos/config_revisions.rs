@@ -75,8 +75,7 @@ pub trait ConfigRevisions: Send + Sync {
     /// Newest first, at most `limit`.
     async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError>;
     /// Newest first, at most `limit`, skipping the `offset` newest.
-    async fn list_page(&self, limit: u32, offset: u64)
-    -> Result<Vec<ConfigRevision>, StoreError>;
+    async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError>;
     /// Makes an existing revision the active one.
     async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError>;
     /// Appends a copy of `revision_id`'s payload as a new active revision
@@ -184,11 +183,7 @@ impl ConfigRevisions for MemoryConfigRevisions {
         self.list_page(limit, 0).await
     }
 
-    async fn list_page(
-        &self,
-        limit: u32,
-        offset: u64,
-    ) -> Result<Vec<ConfigRevision>, StoreError> {
+    async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
         Ok(self
@@ -431,11 +426,7 @@ impl ConfigRevisions for PostgresConfigRevisions {
         self.list_page(limit, 0).await
     }
 
-    async fn list_page(
-        &self,
-        limit: u32,
-        offset: u64,
-    ) -> Result<Vec<ConfigRevision>, StoreError> {
+    async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError> {
         let client = self.db.client().await?;
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let rows = client

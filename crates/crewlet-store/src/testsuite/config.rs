@@ -87,7 +87,8 @@ pub async fn revert_appends_a_copy_and_activates_it(repo: Arc<dyn ConfigRevision
     let a = create(&*repo, rev(None, "A", true)).await;
     let b = create(&*repo, rev(Some(a.revision_id), "B", true)).await;
     let reverted = ok(
-        repo.revert(a.revision_id, "ops", "back to A", "api.revert").await,
+        repo.revert(a.revision_id, "ops", "back to A", "api.revert")
+            .await,
         "revert",
     );
     assert!(
@@ -177,15 +178,16 @@ pub async fn every_revision_has_its_own_uuid_and_its_parents(repo: Arc<dyn Confi
     assert_eq!(by_uuid.as_ref().map(|r| r.revision_id), Some(b.revision_id));
     assert_eq!(by_uuid.and_then(|r| r.parent_uuid), Some(a.uuid));
     let active = ok(repo.active().await, "active");
-    assert_eq!(active.map(|r| (r.uuid, r.parent_uuid)), Some((b.uuid, Some(a.uuid))));
+    assert_eq!(
+        active.map(|r| (r.uuid, r.parent_uuid)),
+        Some((b.uuid, Some(a.uuid)))
+    );
     let listed = ok(repo.list(10).await, "list");
     assert_eq!(
         listed.iter().map(|r| r.uuid).collect::<Vec<_>>(),
         vec![b.uuid, a.uuid]
     );
-    assert!(
-        ok(repo.get_by_uuid(uuid::Uuid::new_v4()).await, "get_by_uuid").is_none()
-    );
+    assert!(ok(repo.get_by_uuid(uuid::Uuid::new_v4()).await, "get_by_uuid").is_none());
     // Re-activating an old revision keeps its uuid.
     let back = ok(repo.activate(a.revision_id).await, "activate");
     assert_eq!(back.uuid, a.uuid);

@@ -362,7 +362,12 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
             .collect()
     };
     assert_eq!(
-        rows(b.by_phase.iter().map(|g| (g.phase.as_str(), &g.tokens)).collect()),
+        rows(
+            b.by_phase
+                .iter()
+                .map(|g| (g.phase.as_str(), &g.tokens))
+                .collect()
+        ),
         vec![
             ("plan".into(), 1210, 4),
             ("execute".into(), 220, 2),
@@ -371,12 +376,22 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
         ]
     );
     assert_eq!(
-        rows(b.by_model.iter().map(|g| (g.model.as_str(), &g.tokens)).collect()),
+        rows(
+            b.by_model
+                .iter()
+                .map(|g| (g.model.as_str(), &g.tokens))
+                .collect()
+        ),
         vec![("big".into(), 1430, 6), ("mini".into(), 61, 2)]
     );
     assert_eq!(b.by_model[0].provider.as_deref(), Some("openai"));
     assert_eq!(
-        rows(b.by_worker.iter().map(|g| (g.worker.as_str(), &g.tokens)).collect()),
+        rows(
+            b.by_worker
+                .iter()
+                .map(|g| (g.worker.as_str(), &g.tokens))
+                .collect()
+        ),
         vec![("diary_filter".into(), 6, 1)]
     );
     let pm = AgentId::for_seat("Conformance", "pm").to_string();
@@ -387,7 +402,10 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
             .iter()
             .map(|g| (g.role.as_str(), g.agent_id.as_str(), sums(&g.tokens)))
             .collect::<Vec<_>>(),
-        vec![("pm", pm.as_str(), (1100, 2)), ("eng", eng.as_str(), (391, 6))]
+        vec![
+            ("pm", pm.as_str(), (1100, 2)),
+            ("eng", eng.as_str(), (391, 6))
+        ]
     );
     let eng_row = &b.by_agent[1];
     assert_eq!(
@@ -443,11 +461,19 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
     assert_eq!(pm_only.agent_role, "pm");
     assert_eq!(sums(&pm_only.totals), (1114, 4));
     assert_eq!(
-        pm_only.by_agent.iter().map(|g| g.role.as_str()).collect::<Vec<_>>(),
+        pm_only
+            .by_agent
+            .iter()
+            .map(|g| g.role.as_str())
+            .collect::<Vec<_>>(),
         vec!["pm"]
     );
     assert_eq!(
-        pm_only.by_turn.iter().map(|g| g.turn_id.as_str()).collect::<Vec<_>>(),
+        pm_only
+            .by_turn
+            .iter()
+            .map(|g| g.turn_id.as_str())
+            .collect::<Vec<_>>(),
         vec!["t2"],
         "the latest turn only"
     );
