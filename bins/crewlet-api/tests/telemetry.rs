@@ -113,9 +113,10 @@ fn the_standalone_process_exports_the_webhook_span_and_flushes_it_at_sigterm() -
         .put(format!("http://{addr}/config"))
         .bearer_auth(TOKEN)
         .header("content-type", "application/yaml")
+        .header("x-summary", "telemetry test")
         .body(COMPANY)
         .send()?;
-    assert_eq!(r.status(), 200, "{}", r.text()?);
+    assert_eq!(r.status(), 201, "{}", r.text()?);
 
     let body = serde_json::to_vec(&serde_json::json!({
         "action": "opened",

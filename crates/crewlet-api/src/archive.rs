@@ -318,9 +318,9 @@ mod tests {
         }
         async fn token_breakdown(
             &self,
-            since_days: u32,
+            q: &crewlet_store::BreakdownQuery,
         ) -> Result<crewlet_store::TokenBreakdown, StoreError> {
-            self.inner.token_breakdown(since_days).await
+            self.inner.token_breakdown(q).await
         }
     }
 

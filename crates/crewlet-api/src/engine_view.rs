@@ -33,21 +33,41 @@ pub struct CurrentTask {
     pub trace_id: Option<String>,
 }
 
-/// One seat as the API shows it.
+/// Where a seat may run (the original engine's `placement`; this engine has
+/// no placement, so it is always empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Placement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// One seat as the API shows it: the original engine's fields (`id`,
+/// `name`, `role`, `goal`, `handle`, `token_budget`, `placement`), then ours.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AgentView {
     /// The agent id: uuid5 of `"{company}:{handle}"`.
     pub id: String,
     pub handle: String,
     pub name: String,
+    /// The seat's name again (the original engine's `role`).
+    #[serde(default)]
+    pub role: String,
+    /// What the seat is for; empty when the company does not say.
+    #[serde(default)]
+    pub goal: String,
+    /// The seat's lifetime token cap; 0 = unlimited.
+    #[serde(default)]
+    pub token_budget: u64,
+    #[serde(default)]
+    pub placement: Placement,
     /// `agent` or `human`.
     pub kind: String,
     /// Unit names from the top down; empty for org-wide roles.
     pub unit_path: Vec<String>,
     pub manager: Option<String>,
     pub reports: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub goal: Option<String>,
     /// Live state; `null` when the API runs outside the engine process.
     pub state: Option<AgentState>,
     /// The running turn, when the seat is working.
@@ -62,6 +82,10 @@ impl AgentView {
             id: seat.agent_id.to_string(),
             handle: seat.handle.clone(),
             name: seat.name.clone(),
+            role: seat.name.clone(),
+            goal: seat.role.goal.clone().unwrap_or_default(),
+            token_budget: seat.role.token_budget,
+            placement: Placement::default(),
             kind: match seat.kind {
                 SeatKind::Agent => "agent".into(),
                 SeatKind::Human => "human".into(),
@@ -69,7 +93,6 @@ impl AgentView {
             unit_path: seat.unit_path.clone(),
             manager: seat.manager.clone(),
             reports: seat.reports.clone(),
-            goal: seat.role.goal.clone(),
             state: None,
             current_task: None,
         }

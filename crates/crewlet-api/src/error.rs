@@ -35,7 +35,9 @@ pub enum ApiError {
     Unsupported(String),
 }
 
-/// The body of every error answer.
+/// The body of every error answer. The `/config` routes add the original
+/// engine's fields where it has them (`hint`, `detail`, and on
+/// `revision_advanced` `current_revision_id` and `your_base`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// A stable machine-readable code, e.g. `bad_signature`, `not_configured`.
@@ -46,6 +48,20 @@ pub struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<ProblemSchema>>)]
     pub problems: Option<Vec<Problem>>,
+    /// What to do about it (`/config` routes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The validation or parse error (`/config` routes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// `revision_advanced`: the active revision now (uuid), `null` if none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = Uuid, nullable)]
+    pub current_revision_id: Option<serde_json::Value>,
+    /// `revision_advanced` on `PUT /config`: the `If-Match` sent, `null` if none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, nullable)]
+    pub your_base: Option<serde_json::Value>,
 }
 
 /// One problem in a configuration document.
@@ -70,6 +86,19 @@ pub struct HttpError {
     pub reason: String,
     pub retry_after: Option<u64>,
     pub problems: Option<Vec<Problem>>,
+    /// Fields of the original engine's error bodies, see [`ErrorBody`]
+    /// (boxed: most errors have none, and `HttpError` travels in `Result`s).
+    pub extra: Option<Box<ErrorExtra>>,
+}
+
+/// The optional fields of [`ErrorBody`] beyond `error` and `reason`.
+#[derive(Debug, Clone, Default)]
+pub struct ErrorExtra {
+    pub hint: Option<String>,
+    pub detail: Option<String>,
+    /// `Some(Value::Null)` serializes as `null`; `None` leaves it out.
+    pub current_revision_id: Option<serde_json::Value>,
+    pub your_base: Option<serde_json::Value>,
 }
 
 impl HttpError {
@@ -80,7 +109,23 @@ impl HttpError {
             reason: reason.into(),
             retry_after: None,
             problems: None,
+            extra: None,
         }
+    }
+
+    /// The extra fields, created on first use.
+    pub fn extra_mut(&mut self) -> &mut ErrorExtra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.extra_mut().hint = Some(hint.into());
+        self
+    }
+
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.extra_mut().detail = Some(detail.into());
+        self
     }
 
     pub fn bad_request(reason: impl Into<String>) -> Self {
@@ -139,10 +184,15 @@ impl From<StoreError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
+        let extra = self.extra.map(|e| *e).unwrap_or_default();
         let body = ErrorBody {
             error: self.error.to_owned(),
             reason: self.reason,
             problems: self.problems,
+            hint: extra.hint,
+            detail: extra.detail,
+            current_revision_id: extra.current_revision_id,
+            your_base: extra.your_base,
         };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {

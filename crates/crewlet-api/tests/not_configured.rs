@@ -33,13 +33,16 @@ impl crewlet_api::EngineView for WaitingEngine {
 }
 
 async fn assert_not_configured(h: &Harness) {
-    for path in [
-        "/agents",
-        "/agents/eng",
-        "/tools",
-        "/tools?handle=eng",
-        "/org",
-    ] {
+    // As the original: no seats yet is an empty list, one is not found.
+    let r = h.get("/agents").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!([])
+    );
+    let r = h.get("/agents/eng").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    for path in ["/tools", "/tools?handle=eng", "/org"] {
         let r = h.get(path).send().await.unwrap();
         assert_eq!(r.status(), 503, "{path}");
         assert_eq!(

@@ -102,6 +102,7 @@ impl Server {
             .http
             .put(format!("{}/config", self.base))
             .header("content-type", content_type)
+            .header("x-summary", "test edit")
             .body(body);
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -200,7 +201,7 @@ async fn config_needs_the_admin_scope_and_no_token_stays_401() {
     // The admin token, and a token without `scopes` (every power, deprecated).
     for token in [ADMIN, LEGACY] {
         let (status, body) = s.put(Some(token), "application/yaml", BASE.into()).await;
-        assert_eq!(status, 200, "{body}");
+        assert_eq!(status, 201, "{body}");
         let (status, _) = s.send(s.http.get(url("/config")), Some(token)).await;
         assert_eq!(status, 200);
     }
@@ -253,7 +254,7 @@ async fn an_mcp_shell_is_refused_unless_tier_a_allows_the_program() {
         "  - name: x\n    transport: http\n    url: https://mcp.example.com/mcp\n",
     ] {
         let (status, body) = s.put_yaml(with_mcp(ok)).await;
-        assert_eq!(status, 200, "{ok}: {body}");
+        assert_eq!(status, 201, "{ok}: {body}");
     }
 
     // The explicit switch lets an admin token run anything.
@@ -266,7 +267,7 @@ async fn an_mcp_shell_is_refused_unless_tier_a_allows_the_program() {
     )
     .await;
     let (status, body) = open.put_yaml(shell).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
 }
 
 #[tokio::test]
@@ -349,7 +350,7 @@ roles:
         "  - name: h\n    transport: http\n    url: https://mcp.example.com/mcp\n    headers: {Authorization: \"Bearer ${GITHUB_TOKEN}\", X-Other: \"${CREWLET_CO_DOCS}\"}\n",
     );
     let (status, body) = s.put_yaml(ok).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
 }
 
 #[tokio::test]
@@ -432,7 +433,7 @@ async fn hosts_outside_the_outbound_allowlist_are_refused() {
 
     for good in ["https://api.openai.com/v1", "https://eu.api.anthropic.com"] {
         let (status, body) = s.put_yaml(provider(good)).await;
-        assert_eq!(status, 200, "{good}: {body}");
+        assert_eq!(status, 201, "{good}: {body}");
     }
 }
 
@@ -499,7 +500,7 @@ async fn bodies_over_one_mib_are_413_and_other_types_415() {
     let (status, body) = s
         .put(Some(ADMIN), "application/yaml; charset=utf-8", BASE.into())
         .await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
     let json = serde_json::to_string(&serde_json::json!({
         "name": "Powers Co",
         "providers": {"llm": {"main": {"type": "openai", "model": "m", "api_keys": ["${OPENAI_API_KEY}"]}}},
@@ -507,7 +508,7 @@ async fn bodies_over_one_mib_are_413_and_other_types_415() {
     }))
     .unwrap();
     let (status, body) = s.put(Some(ADMIN), "application/json", json).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
     let (status, body) = s.put(Some(ADMIN), "text/yaml", BASE.into()).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
 }

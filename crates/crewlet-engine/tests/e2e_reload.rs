@@ -39,7 +39,7 @@ fn company(handles: &[&str]) -> String {
 
 async fn handles(base: &str) -> Vec<String> {
     let (_, agents) = get(base, "/agents").await;
-    let mut out: Vec<String> = agents["agents"]
+    let mut out: Vec<String> = agents
         .as_array()
         .map(|a| {
             a.iter()
@@ -73,12 +73,12 @@ async fn waits_for_a_company_then_follows_new_revisions() {
     assert_eq!(get(&base, "/ready").await.0, 503, "no company yet");
 
     let (status, body) = put_company(&base, &company(&["alpha"])).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
     wait_ready(&base, WAIT).await;
     assert_eq!(handles(&base).await, ["alpha"]);
 
     let (status, body) = put_company(&base, &company(&["alpha", "beta"])).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
     wait_for("the engine on revision 2", WAIT, || async {
         let (s, ready) = get(&base, "/ready").await;
         (s == 200 && ready["engine_revision_id"] == 2).then_some(())
@@ -87,7 +87,7 @@ async fn waits_for_a_company_then_follows_new_revisions() {
     assert_eq!(handles(&base).await, ["alpha", "beta"]);
     let (_, agents) = get(&base, "/agents").await;
     assert!(
-        agents["agents"]
+        agents
             .as_array()
             .is_some_and(|a| a.iter().all(|x| x["state"] == "idle")),
         "{agents}"

@@ -43,7 +43,7 @@ async fn slack_webhook_to_turn_to_mcp_in_one_trace() {
     wait_ready(&base, WAIT).await;
 
     let (_, agents) = get(&base, "/agents").await;
-    let eng = agents["agents"]
+    let eng = agents
         .as_array()
         .and_then(|a| a.iter().find(|x| x["handle"] == "eng").cloned())
         .unwrap_or_default();
@@ -123,23 +123,23 @@ async fn slack_webhook_to_turn_to_mcp_in_one_trace() {
     let (status, breakdown) = get(&base, "/tokens/breakdown?since_days=1").await;
     assert_eq!(status, 200, "{breakdown}");
     assert_eq!(
-        breakdown["total"]["input_tokens"], TURN_INPUT,
+        breakdown["totals"]["input_tokens"], TURN_INPUT,
         "{breakdown}"
     );
     assert_eq!(
-        breakdown["total"]["output_tokens"], TURN_OUTPUT,
+        breakdown["totals"]["output_tokens"], TURN_OUTPUT,
         "{breakdown}"
     );
-    assert_eq!(breakdown["total"]["total_tokens"], TURN_INPUT + TURN_OUTPUT);
+    assert_eq!(breakdown["totals"]["total_tokens"], TURN_INPUT + TURN_OUTPUT);
     // The rollup counts LLM completions (plan, a tool call and the answer
     // after it in execute, review), not phases.
-    assert_eq!(breakdown["total"]["calls"], 4, "{breakdown}");
+    assert_eq!(breakdown["totals"]["calls"], 4, "{breakdown}");
     let by_agent = breakdown["by_agent"]
         .as_array()
         .cloned()
         .unwrap_or_default();
     assert_eq!(by_agent.len(), 1, "{breakdown}");
-    assert_eq!(by_agent[0]["key"], eng["id"]);
+    assert_eq!(by_agent[0]["agent_id"], eng["id"]);
 
     let _ = stop.send(());
     let result = tokio::time::timeout(WAIT, engine).await;

@@ -237,14 +237,18 @@ async fn main() -> anyhow::Result<()> {
     let stored = count(&db).await?;
     let mut rows = Vec::new();
     for days in [1u32, 7, 30] {
-        let _warm = pg.token_breakdown(days).await?;
+        let _warm = pg
+            .token_breakdown(&crewlet_store::BreakdownQuery::days(days))
+            .await?;
         let mut times = Vec::new();
         let mut calls = 0;
         for _ in 0..5 {
             let started = Instant::now();
-            let b = pg.token_breakdown(days).await?;
+            let b = pg
+                .token_breakdown(&crewlet_store::BreakdownQuery::days(days))
+                .await?;
             times.push(started.elapsed());
-            calls = b.total.calls;
+            calls = b.totals.calls;
         }
         times.sort();
         let phases = phase_events(&db, days).await?;

@@ -27,9 +27,10 @@ pub mod testsuite;
 pub use db::{Database, DatabaseOptions, parse_dsn};
 pub use error::{DbTarget, StoreError};
 pub use events::{
-    BufferedEventStore, BufferedOptions, CompositeEventStore, Cursor, EventPage, EventQuery,
-    EventStore, EventStoreWriter, MemoryEventStore, PostgresEventStore, TokenBreakdown, TokenGroup,
-    TokenTotals,
+    AgentGroup, BreakdownQuery, BufferedEventStore, BufferedOptions, CompositeEventStore, Cursor,
+    DEFAULT_RECENT_TURNS, EventPage, EventQuery, EventStore, EventStoreWriter, MAX_BREAKDOWN_DAYS,
+    MAX_TURNS_IN_BREAKDOWN, MemoryEventStore, ModelGroup, PhaseGrain, PhaseGroup,
+    PostgresEventStore, TokenBreakdown, TokenTotals, TurnGroup, WorkerGroup,
 };
 pub use migrate::{
     DEFAULT_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus, Migrator,
@@ -42,7 +43,7 @@ pub use repos::config_revisions::{
 pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows, ThreadRef};
 pub use repos::ledger::{
     BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, MemoryTokenLedger,
-    PostgresTokenLedger, TokenLedger, UsageRow, agent_scope,
+    ORG_SCOPE, PostgresTokenLedger, TokenLedger, UsageRow, agent_scope,
 };
 pub use repos::onboarding::{
     MemoryOnboardingMarkers, OnboardingMarker, OnboardingMarkers, PostgresOnboardingMarkers,

@@ -49,9 +49,9 @@ impl EventStore for Flaky {
         self.check()?;
         self.inner.by_trace(t).await
     }
-    async fn token_breakdown(&self, d: u32) -> Result<TokenBreakdown, StoreError> {
+    async fn token_breakdown(&self, q: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
         self.check()?;
-        self.inner.token_breakdown(d).await
+        self.inner.token_breakdown(q).await
     }
 }
 
@@ -254,8 +254,18 @@ async fn composite_answers_from_memory_when_the_durable_store_is_down() -> anyho
         2
     );
     assert!(composite.get(e.id).await?.is_some());
-    assert!(composite.token_breakdown(1).await.is_ok());
-    assert!(composite.token_breakdown(0).await.is_err());
+    assert!(
+        composite
+            .token_breakdown(&BreakdownQuery::days(1))
+            .await
+            .is_ok()
+    );
+    assert!(
+        composite
+            .token_breakdown(&BreakdownQuery::days(0))
+            .await
+            .is_err()
+    );
     Ok(())
 }
 
@@ -360,13 +370,14 @@ async fn postgres_stores_llm_calls_on_both_write_paths_and_sums_them() -> anyhow
     assert_eq!(column(copied[0].id).await?, Some(4));
     assert_eq!(column(copied[1].id).await?, None);
 
-    let b = store.token_breakdown(1).await?;
-    assert_eq!(b.total.calls, 3 + 1 + 4 + 1);
-    let turns: Vec<(String, u64)> = b
+    let b = store.token_breakdown(&BreakdownQuery::days(1)).await?;
+    assert_eq!(b.totals.calls, 3 + 1 + 4 + 1);
+    let mut turns: Vec<(String, u64)> = b
         .by_turn
         .iter()
-        .map(|g| (g.key.clone(), g.tokens.calls))
+        .map(|g| (g.turn_id.clone(), g.tokens.calls))
         .collect();
+    turns.sort();
     assert_eq!(turns, vec![("t1".into(), 4), ("t2".into(), 5)]);
     Ok(())
 }

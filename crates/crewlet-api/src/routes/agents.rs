@@ -16,16 +16,6 @@ use crate::error::{ErrorBody, HttpError, HttpResult};
 use crate::routes::query_error;
 use crate::state::ApiState;
 
-/// `GET /agents`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AgentList {
-    /// True when states come from the running engine; false when the API
-    /// runs on its own and only knows the organization.
-    pub live: bool,
-    pub revision_id: Option<i64>,
-    pub agents: Vec<AgentView>,
-}
-
 /// `GET /tools`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ToolList {
@@ -106,40 +96,55 @@ fn view(state: &ApiState) -> HttpResult<Arc<dyn EngineView>> {
         .ok_or_else(not_configured)
 }
 
-/// Every seat, with live state when the API runs inside the engine.
+/// Every agent seat (human seats are only in `/org`), as a JSON array, with
+/// live state when the API runs inside the engine; `[]` before a company is
+/// active.
 #[utoipa::path(get, path = "/agents", tag = "org",
     responses(
-        (status = 200, body = AgentList),
-        (status = 401, body = ErrorBody),
-        (status = 503, description = "no company yet (Retry-After: 15)", body = ErrorBody)),
+        (status = 200, body = Vec<AgentView>),
+        (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
-pub async fn agents(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<AgentList>> {
-    let view = view(&state)?;
-    Ok(Json(AgentList {
-        live: view.is_live(),
-        revision_id: state.active_revision_id(),
-        agents: view.agents(),
-    }))
+pub async fn agents(
+    _: ReadAccess,
+    State(state): State<ApiState>,
+) -> HttpResult<Json<Vec<AgentView>>> {
+    let agents = state
+        .view()
+        .map(|v| v.agents())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.kind != "human")
+        .collect();
+    Ok(Json(agents))
 }
 
-/// One seat, by agent id or handle.
+fn agent_not_found(id: &str) -> HttpError {
+    HttpError::new(
+        StatusCode::NOT_FOUND,
+        "Agent not found",
+        format!("no agent seat with id or handle `{id}`"),
+    )
+}
+
+/// One agent seat, by agent id (or, ours, handle).
 #[utoipa::path(get, path = "/agents/{id}", tag = "org",
     params(("id" = String, Path, description = "agent id (uuid) or handle")),
     responses(
         (status = 200, body = AgentView),
         (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 503, description = "no company yet (Retry-After: 15)", body = ErrorBody)),
+        (status = 404, description = "`Agent not found` (also before a company is active, and for human seats)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn agent(
     _: ReadAccess,
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> HttpResult<Json<AgentView>> {
-    view(&state)?
-        .agent(&id)
+    state
+        .view()
+        .and_then(|v| v.agent(&id))
+        .filter(|a| a.kind != "human")
         .map(Json)
-        .ok_or_else(|| HttpError::not_found(format!("no seat with id or handle `{id}`")))
+        .ok_or_else(|| agent_not_found(&id))
 }
 
 /// Tools of every seat, or of one (`?handle=`). Known only inside the engine

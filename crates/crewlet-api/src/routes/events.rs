@@ -1,15 +1,20 @@
 //! `/events`, `/events/{id}`, `/events/trace/{trace_id}`,
 //! `/tokens/breakdown`, `/budgets`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use chrono::{DateTime, Utc};
+use crewlet_config::Organization;
 use crewlet_core::{Category, Event, EventType, TraceId};
-use crewlet_store::{BudgetRow, Cursor, EventPage, EventQuery, TokenBreakdown, UsageRow};
+use crewlet_store::{
+    BreakdownQuery, BudgetRow, Cursor, DEFAULT_RECENT_TURNS, EventPage, EventQuery,
+    MAX_BREAKDOWN_DAYS, MAX_TURNS_IN_BREAKDOWN, TokenBreakdown, UsageRow, agent_scope,
+};
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -71,13 +76,51 @@ pub struct TraceEvents {
     pub events: Vec<Event>,
 }
 
+/// One budget of `GET /budgets`: the configured cap and the durable counter.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetScope {
+    /// The cap in the active company; 0 = unlimited.
+    pub max_tokens: u64,
+    /// Tokens charged against it (the shared ledger the engine enforces).
+    pub durable_used: u64,
+    /// When the counter last moved (RFC 3339), empty if never.
+    pub durable_updated_at: String,
+    /// The engine run's own meter: always `null` here, the ledger is the
+    /// only counter this engine keeps.
+    #[schema(value_type = Option<u64>)]
+    pub live_used: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    pub live_max: Option<u64>,
+    /// When a charge was last refused (RFC 3339), empty if none: that, not
+    /// `used >= max`, is what exhausted means.
+    pub refused_at: String,
+}
+
+/// One agent seat's budget.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SeatBudget {
+    pub agent_id: String,
+    /// The seat's name.
+    pub role: String,
+    pub handle: String,
+    #[serde(flatten)]
+    pub budget: BudgetScope,
+}
+
 /// `GET /budgets`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Budgets {
-    /// Budget ledger rows: `org` first, then `agent:{id}`.
+    /// False when the ledger could not be read: the zeros below are then
+    /// unknown, not nothing spent.
+    pub durable: bool,
+    pub org: BudgetScope,
+    /// Every agent seat of the active company (human seats have no budget),
+    /// most spent first.
+    pub seats: Vec<SeatBudget>,
+    /// Ours: the ledger rows, `org` first, then `agent:{id}`.
     #[schema(value_type = Vec<Object>)]
     pub budgets: Vec<BudgetRow>,
-    /// Lifetime tokens per agent handle.
+    /// Ours: lifetime tokens per agent handle.
     #[schema(value_type = Vec<Object>)]
     pub usage: Vec<UsageRow>,
 }
@@ -110,9 +153,28 @@ pub struct EventsParams {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct BreakdownParams {
-    /// Window in days, 1..=30 (default 1).
-    #[param(minimum = 1, maximum = 30)]
-    pub since_days: Option<u32>,
+    /// Window in days (default 7); cut to 1..=30, and a value that is not an
+    /// integer is the default.
+    #[param(value_type = Option<i64>)]
+    pub since_days: Option<String>,
+    /// Only this agent role (as the phase events name it).
+    pub agent_role: Option<String>,
+    /// Longest `by_turn` (default 50); cut to 1..=500, and a value that is
+    /// not an integer is the default.
+    #[param(value_type = Option<i64>)]
+    pub recent_turns: Option<String>,
+}
+
+/// `GET /tokens/breakdown` default window.
+const DEFAULT_BREAKDOWN_DAYS: u32 = 7;
+
+/// An integer parameter cut into `lo..=hi`; the default when absent or not an integer.
+fn clamped(value: Option<&str>, default: u32, lo: u32, hi: u32) -> u32 {
+    value
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .map_or(default, |n| {
+            u32::try_from(n.clamp(i64::from(lo), i64::from(hi))).unwrap_or(default)
+        })
 }
 
 fn time(name: &str, value: Option<&str>) -> HttpResult<Option<DateTime<Utc>>> {
@@ -237,11 +299,27 @@ pub async fn trace(
     }))
 }
 
-/// Where the tokens went over the last `since_days` days: by phase, model,
-/// auxiliary worker, agent and turn.
+/// The seat an event's agent id or role names.
+fn seat_handle(org: Option<&Organization>, agent_id: &str, role: &str) -> String {
+    let Some(org) = org else {
+        return String::new();
+    };
+    org.seats()
+        .iter()
+        .find(|s| !agent_id.is_empty() && s.agent_id.to_string() == agent_id)
+        .or_else(|| org.seat(role))
+        .or_else(|| org.seats().iter().find(|s| s.name == role))
+        .map(|s| s.handle.clone())
+        .unwrap_or_default()
+}
+
+/// Where the tokens went over the last `since_days` days (of one
+/// `agent_role`, or all): by phase, model, auxiliary worker, agent role and
+/// (the `recent_turns` latest) turn. `aggregated_through` is the latest
+/// event counted.
 #[utoipa::path(get, path = "/tokens/breakdown", tag = "tokens", params(BreakdownParams),
     responses((status = 200, description = "the rollup", body = Object),
-        (status = 400, description = "`since_days` is not 1..=30", body = ErrorBody),
+        (status = 400, description = "a malformed query string", body = ErrorBody),
         (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn token_breakdown(
@@ -250,20 +328,101 @@ pub async fn token_breakdown(
     params: Result<Query<BreakdownParams>, QueryRejection>,
 ) -> HttpResult<Json<TokenBreakdown>> {
     let Query(p) = params.map_err(query_error)?;
-    let days = p.since_days.unwrap_or(1);
-    Ok(Json(
-        state.inner().stores.events.token_breakdown(days).await?,
-    ))
+    let query = BreakdownQuery {
+        since_days: clamped(
+            p.since_days.as_deref(),
+            DEFAULT_BREAKDOWN_DAYS,
+            1,
+            MAX_BREAKDOWN_DAYS,
+        ),
+        agent_role: p.agent_role.filter(|r| !r.is_empty()),
+        recent_turns: clamped(
+            p.recent_turns.as_deref(),
+            DEFAULT_RECENT_TURNS,
+            1,
+            MAX_TURNS_IN_BREAKDOWN,
+        ),
+    };
+    let mut b = state.inner().stores.events.token_breakdown(&query).await?;
+    let org = state.view().and_then(|v| v.organization());
+    for a in &mut b.by_agent {
+        a.handle = seat_handle(org.as_deref(), &a.agent_id, &a.role);
+    }
+    for t in &mut b.by_turn {
+        t.handle = seat_handle(org.as_deref(), &t.agent_id, &t.role);
+    }
+    Ok(Json(b))
 }
 
-/// Token budgets (org and per agent) and lifetime usage.
+fn stamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, false)
+}
+
+fn scope_of(max_tokens: u64, row: Option<&BudgetRow>) -> BudgetScope {
+    BudgetScope {
+        max_tokens,
+        durable_used: row.map_or(0, |r| r.used_tokens),
+        durable_updated_at: row.map(|r| stamp(r.updated_at)).unwrap_or_default(),
+        live_used: None,
+        live_max: None,
+        refused_at: row
+            .and_then(|r| r.refused_at)
+            .map(stamp)
+            .unwrap_or_default(),
+    }
+}
+
+/// Caps from the active company, what the ledger has charged against them,
+/// and when each last refused a charge. A ledger that cannot be read is
+/// `durable: false`, not an error.
 #[utoipa::path(get, path = "/budgets", tag = "tokens",
     responses((status = 200, body = Budgets), (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn budgets(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<Budgets>> {
     let ledger = &state.inner().stores.ledger;
+    let (rows, usage, durable) = match futures::try_join!(ledger.budgets(), ledger.usage()) {
+        Ok((rows, usage)) => (rows, usage, true),
+        Err(e) => {
+            warn!(error = %e, "cannot read the token ledger for GET /budgets");
+            (Vec::new(), Vec::new(), false)
+        }
+    };
+    let by_scope: HashMap<&str, &BudgetRow> = rows.iter().map(|r| (r.scope.as_str(), r)).collect();
+    let snapshot = state.snapshot();
+    let org_row = by_scope.get(crewlet_store::ORG_SCOPE).copied();
+    let org_cap = snapshot
+        .as_ref()
+        .map(|s| s.company.token_budget)
+        .or_else(|| org_row.map(|r| r.max_tokens))
+        .unwrap_or(0);
+    let organization = state.view().and_then(|v| v.organization());
+    let mut seats: Vec<SeatBudget> = organization
+        .as_deref()
+        .map(|o| {
+            o.agents()
+                .map(|seat| {
+                    let row = by_scope.get(agent_scope(&seat.agent_id).as_str()).copied();
+                    SeatBudget {
+                        agent_id: seat.agent_id.to_string(),
+                        role: seat.name.clone(),
+                        handle: seat.handle.clone(),
+                        budget: scope_of(seat.role.token_budget, row),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    seats.sort_by(|a, b| {
+        b.budget
+            .durable_used
+            .cmp(&a.budget.durable_used)
+            .then_with(|| a.role.cmp(&b.role))
+    });
     Ok(Json(Budgets {
-        budgets: ledger.budgets().await?,
-        usage: ledger.usage().await?,
+        durable,
+        org: scope_of(org_cap, org_row),
+        seats,
+        budgets: rows,
+        usage,
     }))
 }

@@ -1,6 +1,6 @@
 //! The token rollup over `agent_phase_completed` events.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewlet_core::{Event, EventType};
@@ -9,8 +9,8 @@ use serde_json::Value;
 
 /// Longest window of a breakdown, in days.
 pub const MAX_BREAKDOWN_DAYS: u32 = 30;
-/// `by_turn` keeps the most expensive turns only.
-pub const MAX_TURNS_IN_BREAKDOWN: usize = 50;
+/// Longest `by_turn` a caller may ask for.
+pub const MAX_TURNS_IN_BREAKDOWN: u32 = 500;
 
 /// Input, output and total tokens over `calls` LLM calls (completions, as
 /// the phase events report them; a phase event without `calls` counts as one).
@@ -33,32 +33,123 @@ impl TokenTotals {
     }
 }
 
-/// One group of a breakdown: `key` is the phase, model, worker, agent id or
-/// turn id; `label` adds the provider (models) or the agent role (agents, turns).
+/// What `GET /tokens/breakdown` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BreakdownQuery {
+    /// The window, 1..=[`MAX_BREAKDOWN_DAYS`] days.
+    pub since_days: u32,
+    /// Only the phase events of this agent role.
+    pub agent_role: Option<String>,
+    /// Longest `by_turn`, 1..=[`MAX_TURNS_IN_BREAKDOWN`].
+    pub recent_turns: u32,
+}
+
+impl BreakdownQuery {
+    pub fn days(since_days: u32) -> Self {
+        Self {
+            since_days,
+            agent_role: None,
+            recent_turns: DEFAULT_RECENT_TURNS,
+        }
+    }
+}
+
+/// `by_phase` row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenGroup {
-    pub key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
+pub struct PhaseGroup {
+    pub phase: String,
     #[serde(flatten)]
     pub tokens: TokenTotals,
 }
 
-/// `GET /tokens/breakdown?since_days=N`: where the tokens went. Each list is
-/// sorted by total tokens, largest first.
+/// `by_model` row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelGroup {
+    pub model: String,
+    /// The provider the model was called through (first seen), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(flatten)]
+    pub tokens: TokenTotals,
+}
+
+/// `by_worker` row: an auxiliary (learning, filtering) worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerGroup {
+    pub worker: String,
+    #[serde(flatten)]
+    pub tokens: TokenTotals,
+}
+
+/// `by_agent` row: one agent role, with its split by phase.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentGroup {
+    /// The event's `agent_role`, `unknown` when absent.
+    pub role: String,
+    /// The seat's handle; the store leaves it empty, the API fills it in
+    /// from the organization.
+    pub handle: String,
+    /// The latest agent id seen for the role (empty when none).
+    pub agent_id: String,
+    #[serde(flatten)]
+    pub tokens: TokenTotals,
+    pub by_phase: BTreeMap<String, TokenTotals>,
+}
+
+/// `by_turn` row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnGroup {
+    pub turn_id: String,
+    pub role: String,
+    pub handle: String,
+    pub agent_id: String,
+    /// Earliest and latest phase event of the turn (RFC 3339).
+    pub started_at: String,
+    pub ended_at: String,
+    #[serde(flatten)]
+    pub tokens: TokenTotals,
+    pub by_phase: BTreeMap<String, TokenTotals>,
+}
+
+/// `GET /tokens/breakdown`: where the tokens went. `by_phase`, `by_model`,
+/// `by_worker` and `by_agent` are sorted by total tokens, largest first;
+/// `by_turn` by `ended_at`, newest first, at most `recent_turns` long.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenBreakdown {
     pub since_days: u32,
+    /// The role asked for, empty for every role.
+    pub agent_role: String,
+    /// Start of the window.
     pub since: DateTime<Utc>,
-    pub total: TokenTotals,
-    pub by_phase: Vec<TokenGroup>,
-    pub by_model: Vec<TokenGroup>,
-    /// Auxiliary (learning, filtering) workers only.
-    pub by_auxiliary: Vec<TokenGroup>,
-    pub by_agent: Vec<TokenGroup>,
-    /// The [`MAX_TURNS_IN_BREAKDOWN`] most expensive turns.
-    pub by_turn: Vec<TokenGroup>,
+    pub totals: TokenTotals,
+    pub by_phase: Vec<PhaseGroup>,
+    pub by_model: Vec<ModelGroup>,
+    pub by_worker: Vec<WorkerGroup>,
+    pub by_agent: Vec<AgentGroup>,
+    pub by_turn: Vec<TurnGroup>,
+    /// Timestamp of the latest event aggregated (RFC 3339, microseconds,
+    /// UTC); empty when none matched.
+    pub aggregated_through: String,
 }
+
+/// The finest grain the breakdown is computed from: the sums of the phase
+/// events sharing every field below. A store may hand one per event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhaseGrain {
+    pub agent_role: Option<String>,
+    pub agent_id: Option<String>,
+    pub phase: Option<String>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub auxiliary: Option<String>,
+    pub turn_id: Option<String>,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    pub tokens: TokenTotals,
+}
+
+/// Default `recent_turns`.
+pub const DEFAULT_RECENT_TURNS: u32 = 50;
 
 /// Key of a group whose field is missing from the payload.
 pub const UNKNOWN: &str = "unknown";
@@ -147,85 +238,181 @@ impl PhaseTokens {
     }
 }
 
-/// Sorts groups largest first (ties by key) and keeps at most `cap`.
-pub(crate) fn finish(mut groups: Vec<TokenGroup>, cap: usize) -> Vec<TokenGroup> {
-    groups.sort_by(|a, b| {
-        b.tokens
-            .total_tokens
-            .cmp(&a.tokens.total_tokens)
-            .then_with(|| a.key.cmp(&b.key))
-    });
-    groups.truncate(cap);
-    groups
+/// RFC 3339 with microseconds, as the store keeps time.
+fn stamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-/// The breakdown computed in process, from events already filtered to the window.
-pub(crate) fn rollup<'a>(
-    events: impl Iterator<Item = &'a Event>,
-    since_days: u32,
+/// Largest total first, ties by name.
+fn by_tokens<T>(rows: &mut [T], key: impl Fn(&T) -> (&TokenTotals, &str)) {
+    rows.sort_by(|a, b| {
+        let (ta, ka) = key(a);
+        let (tb, kb) = key(b);
+        tb.total_tokens
+            .cmp(&ta.total_tokens)
+            .then_with(|| ka.cmp(kb))
+    });
+}
+
+impl PhaseGrain {
+    /// One event's grain; `None` unless it is an `agent_phase_completed`.
+    pub fn from_event(event: &Event) -> Option<Self> {
+        let t = PhaseTokens::from_event(event)?;
+        let mut tokens = TokenTotals::default();
+        tokens.add(t.input_tokens, t.output_tokens, t.llm_calls());
+        Some(Self {
+            agent_role: event.agent_role.clone(),
+            agent_id: event.agent_id.clone(),
+            phase: t.phase,
+            model: t.model,
+            provider: t.provider,
+            auxiliary: t.auxiliary,
+            turn_id: t.turn_id,
+            first_at: event.timestamp,
+            last_at: event.timestamp,
+            tokens,
+        })
+    }
+}
+
+/// The breakdown of `grains` (already filtered to the window and role).
+pub fn rollup(
+    grains: impl IntoIterator<Item = PhaseGrain>,
+    query: &BreakdownQuery,
     since: DateTime<Utc>,
 ) -> TokenBreakdown {
-    type Groups = HashMap<String, (Option<String>, TokenTotals)>;
-    fn bump(groups: &mut Groups, key: String, label: Option<&String>, n: (u64, u64, u64)) {
-        let entry = groups.entry(key).or_default();
-        if entry.0.is_none() {
-            entry.0 = label.cloned();
+    struct Agent {
+        group: AgentGroup,
+        id_at: Option<DateTime<Utc>>,
+    }
+    struct Turn {
+        group: TurnGroup,
+        first: DateTime<Utc>,
+        last: DateTime<Utc>,
+        /// When the turn's role and agent id were seen.
+        seen_at: DateTime<Utc>,
+    }
+    let unknown = || UNKNOWN.to_owned();
+    let mut totals = TokenTotals::default();
+    let mut phases: HashMap<String, TokenTotals> = HashMap::new();
+    let mut models: HashMap<String, (Option<String>, DateTime<Utc>, TokenTotals)> = HashMap::new();
+    let mut workers: HashMap<String, TokenTotals> = HashMap::new();
+    let mut agents: HashMap<String, Agent> = HashMap::new();
+    let mut turns: HashMap<String, Turn> = HashMap::new();
+    let mut through: Option<DateTime<Utc>> = None;
+    let add = |to: &mut TokenTotals, t: &TokenTotals| {
+        to.input_tokens = to.input_tokens.saturating_add(t.input_tokens);
+        to.output_tokens = to.output_tokens.saturating_add(t.output_tokens);
+        to.total_tokens = to.total_tokens.saturating_add(t.total_tokens);
+        to.calls = to.calls.saturating_add(t.calls);
+    };
+    for g in grains {
+        let phase = g.phase.clone().unwrap_or_else(unknown);
+        let role = g.agent_role.clone().unwrap_or_else(unknown);
+        through = through.max(Some(g.last_at));
+        add(&mut totals, &g.tokens);
+        add(phases.entry(phase.clone()).or_default(), &g.tokens);
+        let model = models
+            .entry(g.model.clone().unwrap_or_else(unknown))
+            .or_insert((None, g.first_at, TokenTotals::default()));
+        if g.provider.is_some() && (model.0.is_none() || g.first_at < model.1) {
+            model.0 = g.provider.clone();
+            model.1 = g.first_at;
         }
-        entry.1.add(n.0, n.1, n.2);
-    }
-    fn into_groups(groups: Groups, cap: usize) -> Vec<TokenGroup> {
-        finish(
-            groups
-                .into_iter()
-                .map(|(key, (label, tokens))| TokenGroup { key, label, tokens })
-                .collect(),
-            cap,
-        )
-    }
-    let mut total = TokenTotals::default();
-    let (mut phase, mut model, mut aux, mut agent, mut turn) = (
-        Groups::new(),
-        Groups::new(),
-        Groups::new(),
-        Groups::new(),
-        Groups::new(),
-    );
-    for e in events {
-        let Some(t) = PhaseTokens::from_event(e) else {
-            continue;
-        };
-        let n = (t.input_tokens, t.output_tokens, t.llm_calls());
-        total.add(n.0, n.1, n.2);
-        let unknown = || UNKNOWN.to_owned();
-        bump(&mut phase, t.phase.unwrap_or_else(unknown), None, n);
-        bump(
-            &mut model,
-            t.model.unwrap_or_else(unknown),
-            t.provider.as_ref(),
-            n,
+        add(&mut model.2, &g.tokens);
+        if let Some(worker) = &g.auxiliary {
+            add(workers.entry(worker.clone()).or_default(), &g.tokens);
+        }
+        let agent = agents.entry(role.clone()).or_insert_with(|| Agent {
+            group: AgentGroup {
+                role: role.clone(),
+                handle: String::new(),
+                agent_id: String::new(),
+                tokens: TokenTotals::default(),
+                by_phase: BTreeMap::new(),
+            },
+            id_at: None,
+        });
+        let newer = agent.id_at.is_none_or(|at| g.last_at >= at);
+        if let Some(id) = g.agent_id.as_ref().filter(|_| newer) {
+            agent.group.agent_id = id.clone();
+            agent.id_at = Some(g.last_at);
+        }
+        add(&mut agent.group.tokens, &g.tokens);
+        add(
+            agent.group.by_phase.entry(phase.clone()).or_default(),
+            &g.tokens,
         );
-        if let Some(worker) = t.auxiliary {
-            bump(&mut aux, worker, None, n);
-        }
-        let agent_key = e
-            .agent_id
-            .clone()
-            .or_else(|| e.agent_role.clone())
-            .unwrap_or_else(unknown);
-        bump(&mut agent, agent_key, e.agent_role.as_ref(), n);
-        if let Some(turn_id) = t.turn_id {
-            bump(&mut turn, turn_id, e.agent_role.as_ref(), n);
+        if let Some(turn_id) = &g.turn_id {
+            let turn = turns.entry(turn_id.clone()).or_insert_with(|| Turn {
+                group: TurnGroup {
+                    turn_id: turn_id.clone(),
+                    role: role.clone(),
+                    handle: String::new(),
+                    agent_id: g.agent_id.clone().unwrap_or_default(),
+                    started_at: String::new(),
+                    ended_at: String::new(),
+                    tokens: TokenTotals::default(),
+                    by_phase: BTreeMap::new(),
+                },
+                first: g.first_at,
+                last: g.last_at,
+                seen_at: g.first_at,
+            });
+            // The turn's role and agent are those of its first event.
+            if g.first_at < turn.seen_at {
+                turn.group.role = role.clone();
+                turn.group.agent_id = g.agent_id.clone().unwrap_or_default();
+                turn.seen_at = g.first_at;
+            }
+            turn.first = turn.first.min(g.first_at);
+            turn.last = turn.last.max(g.last_at);
+            add(&mut turn.group.tokens, &g.tokens);
+            add(turn.group.by_phase.entry(phase).or_default(), &g.tokens);
         }
     }
+    let mut by_phase: Vec<PhaseGroup> = phases
+        .into_iter()
+        .map(|(phase, tokens)| PhaseGroup { phase, tokens })
+        .collect();
+    by_tokens(&mut by_phase, |g| (&g.tokens, &g.phase));
+    let mut by_model: Vec<ModelGroup> = models
+        .into_iter()
+        .map(|(model, (provider, _, tokens))| ModelGroup {
+            model,
+            provider,
+            tokens,
+        })
+        .collect();
+    by_tokens(&mut by_model, |g| (&g.tokens, &g.model));
+    let mut by_worker: Vec<WorkerGroup> = workers
+        .into_iter()
+        .map(|(worker, tokens)| WorkerGroup { worker, tokens })
+        .collect();
+    by_tokens(&mut by_worker, |g| (&g.tokens, &g.worker));
+    let mut by_agent: Vec<AgentGroup> = agents.into_values().map(|a| a.group).collect();
+    by_tokens(&mut by_agent, |g| (&g.tokens, &g.role));
+    let mut by_turn: Vec<(DateTime<Utc>, TurnGroup)> = turns
+        .into_values()
+        .map(|mut t| {
+            t.group.started_at = stamp(t.first);
+            t.group.ended_at = stamp(t.last);
+            (t.last, t.group)
+        })
+        .collect();
+    by_turn.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.turn_id.cmp(&b.1.turn_id)));
+    by_turn.truncate(usize::try_from(query.recent_turns).unwrap_or(usize::MAX));
     TokenBreakdown {
-        since_days,
+        since_days: query.since_days,
+        agent_role: query.agent_role.clone().unwrap_or_default(),
         since,
-        total,
-        by_phase: into_groups(phase, usize::MAX),
-        by_model: into_groups(model, usize::MAX),
-        by_auxiliary: into_groups(aux, usize::MAX),
-        by_agent: into_groups(agent, usize::MAX),
-        by_turn: into_groups(turn, MAX_TURNS_IN_BREAKDOWN),
+        totals,
+        by_phase,
+        by_model,
+        by_worker,
+        by_agent,
+        by_turn: by_turn.into_iter().map(|(_, t)| t).collect(),
+        aggregated_through: through.map(stamp).unwrap_or_default(),
     }
 }
 

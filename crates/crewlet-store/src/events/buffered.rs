@@ -11,7 +11,7 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::query::{EventPage, EventQuery};
-use super::{EventStore, TokenBreakdown};
+use super::{BreakdownQuery, EventStore, TokenBreakdown};
 use crate::error::StoreError;
 
 /// Knobs of [`BufferedEventStore`].
@@ -256,7 +256,7 @@ impl EventStore for BufferedEventStore {
         self.shared.store.by_trace(trace_id).await
     }
 
-    async fn token_breakdown(&self, since_days: u32) -> Result<TokenBreakdown, StoreError> {
-        self.shared.store.token_breakdown(since_days).await
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
+        self.shared.store.token_breakdown(query).await
     }
 }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::memory::MemoryEventStore;
 use super::query::{Cursor, EventPage, EventQuery, MAX_TRACE_EVENTS};
-use super::{EventStore, TokenBreakdown};
+use super::{BreakdownQuery, EventStore, TokenBreakdown};
 use crate::error::StoreError;
 
 /// Memory + durable: writes go to both; reads merge both, dedupe by id and
@@ -97,13 +97,13 @@ impl EventStore for CompositeEventStore {
         Ok(events)
     }
 
-    async fn token_breakdown(&self, since_days: u32) -> Result<TokenBreakdown, StoreError> {
-        match self.durable.token_breakdown(since_days).await {
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
+        match self.durable.token_breakdown(query).await {
             Ok(b) => Ok(b),
             Err(e @ StoreError::InvalidInput { .. }) => Err(e),
             Err(e) => {
                 warn!(error = %e, "durable event store unavailable for the token breakdown; answering from memory");
-                self.memory.token_breakdown(since_days).await
+                self.memory.token_breakdown(query).await
             }
         }
     }

@@ -6,9 +6,9 @@ use chrono::{Duration, Utc};
 use crewlet_core::{Event, TraceId};
 use uuid::Uuid;
 
-use super::breakdown::rollup;
+use super::breakdown::{BreakdownQuery, PhaseGrain, rollup};
 use super::query::{Cursor, EventPage, EventQuery, MAX_TRACE_EVENTS};
-use super::{EventStore, TokenBreakdown, check_days, storable};
+use super::{EventStore, TokenBreakdown, check_breakdown, storable};
 use crate::error::StoreError;
 
 /// How many events [`MemoryEventStore::new`] keeps.
@@ -108,10 +108,17 @@ impl EventStore for MemoryEventStore {
         Ok(events)
     }
 
-    async fn token_breakdown(&self, since_days: u32) -> Result<TokenBreakdown, StoreError> {
-        let since_days = check_days(since_days)?;
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
+        let since_days = check_breakdown(query)?;
         let since = Utc::now() - Duration::days(i64::from(since_days));
-        let events = self.select(|e| e.timestamp >= since);
-        Ok(rollup(events.iter(), since_days, since))
+        let role = query.agent_role.as_deref();
+        let events = self.select(|e| {
+            e.timestamp >= since && role.is_none_or(|r| e.agent_role.as_deref() == Some(r))
+        });
+        Ok(rollup(
+            events.iter().filter_map(PhaseGrain::from_event),
+            query,
+            since,
+        ))
     }
 }

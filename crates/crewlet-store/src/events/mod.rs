@@ -23,8 +23,9 @@ use uuid::Uuid;
 use crate::error::StoreError;
 
 pub use breakdown::{
-    MAX_BREAKDOWN_DAYS, MAX_PHASE_CALLS, MAX_TURNS_IN_BREAKDOWN, PhaseTokens, TokenBreakdown,
-    TokenGroup, TokenTotals,
+    AgentGroup, BreakdownQuery, DEFAULT_RECENT_TURNS, MAX_BREAKDOWN_DAYS, MAX_PHASE_CALLS,
+    MAX_TURNS_IN_BREAKDOWN, ModelGroup, PhaseGrain, PhaseGroup, PhaseTokens, TokenBreakdown,
+    TokenTotals, TurnGroup, WorkerGroup, rollup,
 };
 pub use buffered::{BufferedEventStore, BufferedOptions};
 pub use composite::CompositeEventStore;
@@ -52,9 +53,10 @@ pub trait EventStore: Send + Sync {
     async fn by_trace(&self, trace_id: &TraceId) -> Result<Vec<Event>, StoreError>;
 
     /// Token use of `agent_phase_completed` events over the last
-    /// `since_days` days (1..=30), by phase, model, auxiliary worker, agent
-    /// and turn.
-    async fn token_breakdown(&self, since_days: u32) -> Result<TokenBreakdown, StoreError>;
+    /// `since_days` days (1..=30), optionally of one agent role, by phase,
+    /// model, auxiliary worker, agent role and (the `recent_turns` latest,
+    /// 1..=500) turn.
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError>;
 }
 
 /// The events a store keeps, with timestamps cut to microseconds.
@@ -70,14 +72,23 @@ pub(crate) fn storable(events: &[Event]) -> Vec<Event> {
         .collect()
 }
 
-/// `since_days` checked against 1..=30.
-pub(crate) fn check_days(since_days: u32) -> Result<u32, StoreError> {
-    if (1..=MAX_BREAKDOWN_DAYS).contains(&since_days) {
-        Ok(since_days)
+/// `since_days` checked against 1..=30, `recent_turns` against 1..=500.
+pub(crate) fn check_breakdown(query: &BreakdownQuery) -> Result<u32, StoreError> {
+    if !(1..=MAX_TURNS_IN_BREAKDOWN).contains(&query.recent_turns) {
+        return Err(StoreError::invalid(
+            "recent_turns",
+            format!(
+                "{} is outside 1..={MAX_TURNS_IN_BREAKDOWN}",
+                query.recent_turns
+            ),
+        ));
+    }
+    if (1..=MAX_BREAKDOWN_DAYS).contains(&query.since_days) {
+        Ok(query.since_days)
     } else {
         Err(StoreError::invalid(
             "since_days",
-            format!("{since_days} is outside 1..={MAX_BREAKDOWN_DAYS}"),
+            format!("{} is outside 1..={MAX_BREAKDOWN_DAYS}", query.since_days),
         ))
     }
 }

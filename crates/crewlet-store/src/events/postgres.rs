@@ -7,9 +7,9 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use super::breakdown::{MAX_TURNS_IN_BREAKDOWN, PhaseTokens, TokenGroup, TokenTotals, finish};
+use super::breakdown::{BreakdownQuery, PhaseGrain, PhaseTokens, TokenTotals, rollup};
 use super::query::{EventPage, EventQuery, MAX_TRACE_EVENTS};
-use super::{EventStore, TokenBreakdown, check_days, storable};
+use super::{EventStore, TokenBreakdown, check_breakdown, storable};
 use crate::db::Database;
 use crate::error::{StoreError, describe, query_err};
 use crate::sql::from_i64;
@@ -282,24 +282,6 @@ fn push(params: &mut Vec<Param>, p: impl ToSql + Sync + Send + 'static) -> Strin
     format!("${}", params.len())
 }
 
-fn token_group(
-    r: &Row,
-    key_col: usize,
-    label_col: Option<usize>,
-) -> Result<TokenGroup, StoreError> {
-    let key: Option<String> = r.try_get(key_col).map_err(decode_err)?;
-    let label: Option<String> = match label_col {
-        Some(c) => r.try_get(c).map_err(decode_err)?,
-        None => None,
-    };
-    Ok(TokenGroup {
-        key: key.unwrap_or_else(|| super::breakdown::UNKNOWN.to_owned()),
-        label,
-        tokens: totals(r)?,
-    })
-}
-
-/// The last four columns of every breakdown row: input, output, total, calls.
 fn totals(r: &Row) -> Result<TokenTotals, StoreError> {
     let n = r.len();
     let get = |i: usize| -> Result<u64, StoreError> {
@@ -485,84 +467,45 @@ impl EventStore for PostgresEventStore {
         rows.iter().map(read_event).collect()
     }
 
-    async fn token_breakdown(&self, since_days: u32) -> Result<TokenBreakdown, StoreError> {
-        let since_days = check_days(since_days)?;
+    async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
+        let since_days = check_breakdown(query)?;
         let since = Utc::now() - Duration::days(i64::from(since_days));
-        // One scan of the covering partial index feeds every grouping but
-        // the turns, which need their own top-N; both run at once.
-        let groups_sql = format!(
-            "SELECT GROUPING(phase)::int4, GROUPING(model)::int4, GROUPING(auxiliary)::int4,
-                    GROUPING(agent_key)::int4,
-                    phase, model, max(provider), auxiliary, agent_key, max(agent_role), {SUMS}
-             FROM (SELECT phase, model, provider, auxiliary, agent_role,
-                          coalesce(agent_id, agent_role) AS agent_key,
-                          input_tokens, output_tokens, llm_calls
-                   FROM crewlet_events
-                   WHERE event_type = 'agent_phase_completed' AND event_time >= $1) e
-             GROUP BY GROUPING SETS ((), (phase), (model), (auxiliary), (agent_key))"
-        );
-        let turns_sql = format!(
-            "SELECT turn_id, max(agent_role), {SUMS}
+        // One scan of the covering partial index, summed at the finest grain
+        // every grouping of the breakdown is a union of; the grains are
+        // rolled up in process, by the code the memory store uses.
+        let sql = format!(
+            "SELECT agent_role, agent_id, phase, model, min(provider), auxiliary, turn_id,
+                    min(event_time), max(event_time), {SUMS}
              FROM crewlet_events
              WHERE event_type = 'agent_phase_completed' AND event_time >= $1
-               AND turn_id IS NOT NULL
-             GROUP BY turn_id
-             ORDER BY 5 DESC, turn_id
-             LIMIT $2"
+               AND ($2::text IS NULL OR agent_role = $2)
+             GROUP BY agent_role, agent_id, phase, model, auxiliary, turn_id"
         );
-        let (c1, c2) = futures::try_join!(self.db.client(), self.db.client())?;
-        let turn_limit = i64::try_from(MAX_TURNS_IN_BREAKDOWN).unwrap_or(50);
-        let (group_rows, turn_rows) = futures::try_join!(
-            async {
-                c1.query(&groups_sql, &[&since])
-                    .await
-                    .map_err(query_err("computing the token breakdown"))
-            },
-            async {
-                c2.query(&turns_sql, &[&since, &turn_limit])
-                    .await
-                    .map_err(query_err("computing the token breakdown by turn"))
-            }
-        )?;
-        let mut out = TokenBreakdown {
-            since_days,
-            since,
-            ..TokenBreakdown::default()
-        };
-        let (mut phase, mut model, mut aux, mut agent) = (vec![], vec![], vec![], vec![]);
-        for r in &group_rows {
-            let flag = |i: usize| -> Result<bool, StoreError> {
-                Ok(r.try_get::<_, i32>(i).map_err(decode_err)? == 0)
-            };
-            let grouped = (flag(0)?, flag(1)?, flag(2)?, flag(3)?);
-            match grouped {
-                (false, false, false, false) => out.total = totals(r)?,
-                (true, _, _, _) => phase.push(token_group(r, 4, None)?),
-                (_, true, _, _) => model.push(token_group(r, 5, Some(6))?),
-                (_, _, true, _) => {
-                    let g = token_group(r, 7, None)?;
-                    // rows without a worker are the main agents' calls
-                    if r.try_get::<_, Option<String>>(7)
-                        .map_err(decode_err)?
-                        .is_some()
-                    {
-                        aux.push(g);
-                    }
-                }
-                (_, _, _, true) => agent.push(token_group(r, 8, Some(9))?),
-            }
-        }
-        out.by_phase = finish(phase, usize::MAX);
-        out.by_model = finish(model, usize::MAX);
-        out.by_auxiliary = finish(aux, usize::MAX);
-        out.by_agent = finish(agent, usize::MAX);
-        out.by_turn = finish(
-            turn_rows
-                .iter()
-                .map(|r| token_group(r, 0, Some(1)))
-                .collect::<Result<Vec<_>, _>>()?,
-            MAX_TURNS_IN_BREAKDOWN,
-        );
-        Ok(out)
+        let client = self.db.client().await?;
+        let rows = client
+            .query(&sql, &[&since, &query.agent_role])
+            .await
+            .map_err(query_err("computing the token breakdown"))?;
+        let grains = rows
+            .iter()
+            .map(|r| {
+                let text = |i: usize| -> Result<Option<String>, StoreError> {
+                    r.try_get(i).map_err(decode_err)
+                };
+                Ok(PhaseGrain {
+                    agent_role: text(0)?,
+                    agent_id: text(1)?,
+                    phase: text(2)?,
+                    model: text(3)?,
+                    provider: text(4)?,
+                    auxiliary: text(5)?,
+                    turn_id: text(6)?,
+                    first_at: r.try_get(7).map_err(decode_err)?,
+                    last_at: r.try_get(8).map_err(decode_err)?,
+                    tokens: totals(r)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(rollup(grains, query, since))
     }
 }

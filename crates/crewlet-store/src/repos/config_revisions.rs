@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::{StoreError, describe, query_err, sqlstate};
@@ -14,9 +15,14 @@ use crate::error::{StoreError, describe, query_err, sqlstate};
 /// One stored revision of the company YAML (as JSON).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConfigRevision {
+    /// The revision's number: its order in the history, the engine's name for it.
     pub revision_id: i64,
     /// The revision this one was edited from (`None` for the first import).
     pub parent_revision_id: Option<i64>,
+    /// The revision's uuid: its name on the HTTP API (`revision_id` there).
+    pub uuid: Uuid,
+    /// The parent's uuid.
+    pub parent_uuid: Option<Uuid>,
     pub created_by: String,
     /// Where it came from, e.g. `cli-import`, `api`, `revert`.
     pub source: String,
@@ -64,17 +70,23 @@ pub trait ConfigRevisions: Send + Sync {
     /// The active revision, if any.
     async fn active(&self) -> Result<Option<ConfigRevision>, StoreError>;
     async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError>;
+    /// The revision with this uuid.
+    async fn get_by_uuid(&self, uuid: Uuid) -> Result<Option<ConfigRevision>, StoreError>;
     /// Newest first, at most `limit`.
     async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError>;
+    /// Newest first, at most `limit`, skipping the `offset` newest.
+    async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError>;
     /// Makes an existing revision the active one.
     async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError>;
     /// Appends a copy of `revision_id`'s payload as a new active revision
-    /// (history stays append-only), parented on the current active one.
+    /// (history stays append-only), parented on the current active one, with
+    /// `source` (the API writes `api.revert`).
     async fn revert(
         &self,
         revision_id: i64,
         created_by: &str,
         summary: &str,
+        source: &str,
     ) -> Result<ConfigRevision, StoreError>;
 }
 
@@ -126,9 +138,15 @@ impl ConfigRevisions for MemoryConfigRevisions {
             return Err(stale(new.parent_revision_id, active));
         }
         let revision_id = revisions.last().map_or(1, |r| r.revision_id + 1);
+        let parent_uuid = new
+            .parent_revision_id
+            .and_then(|p| revisions.iter().find(|r| r.revision_id == p))
+            .map(|r| r.uuid);
         revisions.push(ConfigRevision {
             revision_id,
             parent_revision_id: new.parent_revision_id,
+            uuid: Uuid::new_v4(),
+            parent_uuid,
             created_by: new.created_by,
             source: new.source,
             summary: new.summary,
@@ -157,9 +175,25 @@ impl ConfigRevisions for MemoryConfigRevisions {
             .cloned())
     }
 
+    async fn get_by_uuid(&self, uuid: Uuid) -> Result<Option<ConfigRevision>, StoreError> {
+        Ok(self.lock().iter().find(|r| r.uuid == uuid).cloned())
+    }
+
     async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError> {
+        self.list_page(limit, 0).await
+    }
+
+    async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        Ok(self.lock().iter().rev().take(limit).cloned().collect())
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        Ok(self
+            .lock()
+            .iter()
+            .rev()
+            .skip(offset)
+            .take(limit)
+            .cloned()
+            .collect())
     }
 
     async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError> {
@@ -172,6 +206,7 @@ impl ConfigRevisions for MemoryConfigRevisions {
         revision_id: i64,
         created_by: &str,
         summary: &str,
+        source: &str,
     ) -> Result<ConfigRevision, StoreError> {
         let (payload, active) = {
             let revisions = self.lock();
@@ -188,7 +223,7 @@ impl ConfigRevisions for MemoryConfigRevisions {
         self.create(NewRevision {
             parent_revision_id: active,
             created_by: created_by.to_owned(),
-            source: "revert".to_owned(),
+            source: source.to_owned(),
             summary: summary.to_owned(),
             payload,
             activate: true,
@@ -212,8 +247,11 @@ impl PostgresConfigRevisions {
 /// Serializes writers of `company_config` ("crewlet\0c").
 const CONFIG_LOCK_KEY: i64 = 0x6372_6577_6c65_7463;
 
-const COLUMNS: &str = "revision_id, parent_revision_id, created_by, source, summary, payload,
-     is_active, created_at, activated_at";
+/// The columns [`read_revision`] reads, from `company_config` as `c`; the
+/// parent's uuid comes from a scalar subquery on the same table.
+const COLUMNS: &str = "c.revision_id, c.parent_revision_id, c.created_by, c.source, c.summary,
+     c.payload, c.is_active, c.created_at, c.activated_at, c.revision_uuid,
+     (SELECT p.revision_uuid FROM company_config p WHERE p.revision_id = c.parent_revision_id)";
 
 fn read_revision(r: &tokio_postgres::Row) -> Result<ConfigRevision, StoreError> {
     let d = |e: tokio_postgres::Error| StoreError::decode("company_config", describe(&e));
@@ -227,6 +265,8 @@ fn read_revision(r: &tokio_postgres::Row) -> Result<ConfigRevision, StoreError> 
         is_active: r.try_get(6).map_err(d)?,
         created_at: r.try_get(7).map_err(d)?,
         activated_at: r.try_get(8).map_err(d)?,
+        uuid: r.try_get(9).map_err(d)?,
+        parent_uuid: r.try_get(10).map_err(d)?,
     })
 }
 
@@ -253,9 +293,9 @@ async fn activate_tx(
     let row = tx
         .query_one(
             &format!(
-                "UPDATE company_config
-                 SET is_active = true, activated_at = CASE WHEN is_active THEN activated_at ELSE now() END
-                 WHERE revision_id = $1
+                "UPDATE company_config AS c
+                 SET is_active = true, activated_at = CASE WHEN c.is_active THEN c.activated_at ELSE now() END
+                 WHERE c.revision_id = $1
                  RETURNING {COLUMNS}"
             ),
             &[&revision_id],
@@ -314,7 +354,7 @@ impl PostgresConfigRevisions {
         let row = tx
             .query_one(
                 &format!(
-                    "INSERT INTO company_config (parent_revision_id, created_by, source, summary, payload)
+                    "INSERT INTO company_config AS c (parent_revision_id, created_by, source, summary, payload)
                      VALUES ($1, $2, $3, $4, $5)
                      RETURNING {COLUMNS}"
                 ),
@@ -347,7 +387,7 @@ impl ConfigRevisions for PostgresConfigRevisions {
         let client = self.db.client().await?;
         client
             .query_opt(
-                &format!("SELECT {COLUMNS} FROM company_config WHERE is_active"),
+                &format!("SELECT {COLUMNS} FROM company_config c WHERE c.is_active"),
                 &[],
             )
             .await
@@ -360,7 +400,7 @@ impl ConfigRevisions for PostgresConfigRevisions {
         let client = self.db.client().await?;
         client
             .query_opt(
-                &format!("SELECT {COLUMNS} FROM company_config WHERE revision_id = $1"),
+                &format!("SELECT {COLUMNS} FROM company_config c WHERE c.revision_id = $1"),
                 &[&revision_id],
             )
             .await
@@ -369,12 +409,33 @@ impl ConfigRevisions for PostgresConfigRevisions {
             .transpose()
     }
 
-    async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError> {
+    async fn get_by_uuid(&self, uuid: Uuid) -> Result<Option<ConfigRevision>, StoreError> {
         let client = self.db.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM company_config c WHERE c.revision_uuid = $1"),
+                &[&uuid],
+            )
+            .await
+            .map_err(query_err("reading a config revision"))?
+            .map(|r| read_revision(&r))
+            .transpose()
+    }
+
+    async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError> {
+        self.list_page(limit, 0).await
+    }
+
+    async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError> {
+        let client = self.db.client().await?;
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let rows = client
             .query(
-                &format!("SELECT {COLUMNS} FROM company_config ORDER BY revision_id DESC LIMIT $1"),
-                &[&i64::from(limit)],
+                &format!(
+                    "SELECT {COLUMNS} FROM company_config c
+                     ORDER BY c.revision_id DESC LIMIT $1 OFFSET $2"
+                ),
+                &[&i64::from(limit), &offset],
             )
             .await
             .map_err(query_err("listing config revisions"))?;
@@ -402,11 +463,12 @@ impl ConfigRevisions for PostgresConfigRevisions {
         revision_id: i64,
         created_by: &str,
         summary: &str,
+        source: &str,
     ) -> Result<ConfigRevision, StoreError> {
         let new = NewRevision {
             parent_revision_id: None,
             created_by: created_by.to_owned(),
-            source: "revert".to_owned(),
+            source: source.to_owned(),
             summary: summary.to_owned(),
             payload: serde_json::Value::Null,
             activate: true,

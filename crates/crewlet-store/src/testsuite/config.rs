@@ -87,7 +87,8 @@ pub async fn revert_appends_a_copy_and_activates_it(repo: Arc<dyn ConfigRevision
     let a = create(&*repo, rev(None, "A", true)).await;
     let b = create(&*repo, rev(Some(a.revision_id), "B", true)).await;
     let reverted = ok(
-        repo.revert(a.revision_id, "ops", "back to A").await,
+        repo.revert(a.revision_id, "ops", "back to A", "api.revert")
+            .await,
         "revert",
     );
     assert!(
@@ -98,11 +99,14 @@ pub async fn revert_appends_a_copy_and_activates_it(repo: Arc<dyn ConfigRevision
     assert_eq!(reverted.payload, a.payload);
     assert_eq!(reverted.created_by, "ops");
     assert_eq!(reverted.summary, "back to A");
+    assert_eq!(reverted.source, "api.revert");
+    assert_eq!(reverted.parent_uuid, Some(b.uuid));
+    assert_ne!(reverted.uuid, a.uuid, "a revert is a new revision");
     assert!(reverted.is_active);
     assert_eq!(active_count(&*repo).await, 1);
     assert_eq!(ok(repo.list(10).await, "list").len(), 3);
     assert!(matches!(
-        repo.revert(9_999, "ops", "x").await,
+        repo.revert(9_999, "ops", "x", "api.revert").await,
         Err(StoreError::NotFound { .. })
     ));
 }
@@ -162,4 +166,55 @@ pub async fn inactive_drafts_do_not_move_the_parent(repo: Arc<dyn ConfigRevision
     // Another edit from the active revision still succeeds.
     let b = create(&*repo, rev(Some(a.revision_id), "B", true)).await;
     assert!(b.is_active);
+}
+
+pub async fn every_revision_has_its_own_uuid_and_its_parents(repo: Arc<dyn ConfigRevisions>) {
+    let a = create(&*repo, rev(None, "A", true)).await;
+    let b = create(&*repo, rev(Some(a.revision_id), "B", true)).await;
+    assert_ne!(a.uuid, b.uuid);
+    assert_eq!(a.parent_uuid, None);
+    assert_eq!(b.parent_uuid, Some(a.uuid));
+    let by_uuid = ok(repo.get_by_uuid(b.uuid).await, "get_by_uuid");
+    assert_eq!(by_uuid.as_ref().map(|r| r.revision_id), Some(b.revision_id));
+    assert_eq!(by_uuid.and_then(|r| r.parent_uuid), Some(a.uuid));
+    let active = ok(repo.active().await, "active");
+    assert_eq!(
+        active.map(|r| (r.uuid, r.parent_uuid)),
+        Some((b.uuid, Some(a.uuid)))
+    );
+    let listed = ok(repo.list(10).await, "list");
+    assert_eq!(
+        listed.iter().map(|r| r.uuid).collect::<Vec<_>>(),
+        vec![b.uuid, a.uuid]
+    );
+    assert!(ok(repo.get_by_uuid(uuid::Uuid::new_v4()).await, "get_by_uuid").is_none());
+    // Re-activating an old revision keeps its uuid.
+    let back = ok(repo.activate(a.revision_id).await, "activate");
+    assert_eq!(back.uuid, a.uuid);
+}
+
+pub async fn pages_are_newest_first_with_an_offset(repo: Arc<dyn ConfigRevisions>) {
+    let mut parent = None;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = create(&*repo, rev(parent, &format!("r{i}"), true)).await;
+        parent = Some(r.revision_id);
+        ids.push(r.revision_id);
+    }
+    ids.reverse();
+    let page = |limit, offset| {
+        let repo = Arc::clone(&repo);
+        async move {
+            ok(repo.list_page(limit, offset).await, "list_page")
+                .iter()
+                .map(|r| r.revision_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(page(2, 0).await, ids[0..2].to_vec());
+    assert_eq!(page(2, 2).await, ids[2..4].to_vec());
+    assert_eq!(page(2, 4).await, ids[4..5].to_vec());
+    assert!(page(2, 5).await.is_empty());
+    assert!(page(2, u64::MAX).await.is_empty());
+    assert!(page(0, 0).await.is_empty());
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::ok;
 use crate::StoreError;
-use crate::events::{EventQuery, EventStore, MAX_TRACE_EVENTS};
+use crate::events::{BreakdownQuery, EventQuery, EventStore, MAX_TRACE_EVENTS, TokenTotals};
 
 fn at(event: Event, t: DateTime<Utc>) -> Event {
     Event {
@@ -341,26 +341,33 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
     ];
     ok(store.append(&events).await, "append");
 
-    let b = ok(store.token_breakdown(1).await, "breakdown");
-    assert_eq!(b.since_days, 1);
+    let day = BreakdownQuery::days(1);
+    let b = ok(store.token_breakdown(&day).await, "breakdown");
+    assert_eq!((b.since_days, b.agent_role.as_str()), (1, ""));
     // 5 phase events in the window, 8 LLM calls: 2 + 2 + 1 + 1 + 2.
     assert_eq!(
         (
-            b.total.input_tokens,
-            b.total.output_tokens,
-            b.total.total_tokens,
-            b.total.calls
+            b.totals.input_tokens,
+            b.totals.output_tokens,
+            b.totals.total_tokens,
+            b.totals.calls
         ),
         (1355, 136, 1491, 8)
     );
-    let keys = |groups: &[crate::TokenGroup]| -> Vec<(String, u64, u64)> {
+    let sums = |t: &TokenTotals| (t.total_tokens, t.calls);
+    let rows = |groups: Vec<(&str, &TokenTotals)>| -> Vec<(String, u64, u64)> {
         groups
-            .iter()
-            .map(|g| (g.key.clone(), g.tokens.total_tokens, g.tokens.calls))
+            .into_iter()
+            .map(|(k, t)| (k.to_owned(), t.total_tokens, t.calls))
             .collect()
     };
     assert_eq!(
-        keys(&b.by_phase),
+        rows(
+            b.by_phase
+                .iter()
+                .map(|g| (g.phase.as_str(), &g.tokens))
+                .collect()
+        ),
         vec![
             ("plan".into(), 1210, 4),
             ("execute".into(), 220, 2),
@@ -369,45 +376,151 @@ pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
         ]
     );
     assert_eq!(
-        keys(&b.by_model),
+        rows(
+            b.by_model
+                .iter()
+                .map(|g| (g.model.as_str(), &g.tokens))
+                .collect()
+        ),
         vec![("big".into(), 1430, 6), ("mini".into(), 61, 2)]
     );
-    assert_eq!(b.by_model[0].label.as_deref(), Some("openai"));
-    assert_eq!(keys(&b.by_auxiliary), vec![("diary_filter".into(), 6, 1)]);
+    assert_eq!(b.by_model[0].provider.as_deref(), Some("openai"));
+    assert_eq!(
+        rows(
+            b.by_worker
+                .iter()
+                .map(|g| (g.worker.as_str(), &g.tokens))
+                .collect()
+        ),
+        vec![("diary_filter".into(), 6, 1)]
+    );
     let pm = AgentId::for_seat("Conformance", "pm").to_string();
     let eng = AgentId::for_seat("Conformance", "eng").to_string();
-    assert_eq!(keys(&b.by_agent), vec![(pm, 1100, 2), (eng, 391, 6)]);
-    assert_eq!(b.by_agent[0].label.as_deref(), Some("pm"));
+    // Keyed by role, each with the agent id and a split by phase.
     assert_eq!(
-        keys(&b.by_turn),
-        vec![("t2".into(), 1100, 2), ("t1".into(), 391, 6)]
+        b.by_agent
+            .iter()
+            .map(|g| (g.role.as_str(), g.agent_id.as_str(), sums(&g.tokens)))
+            .collect::<Vec<_>>(),
+        vec![
+            ("pm", pm.as_str(), (1100, 2)),
+            ("eng", eng.as_str(), (391, 6))
+        ]
     );
+    let eng_row = &b.by_agent[1];
+    assert_eq!(
+        eng_row
+            .by_phase
+            .iter()
+            .map(|(p, t)| (p.as_str(), sums(t)))
+            .collect::<Vec<_>>(),
+        vec![
+            ("auxiliary", (6, 1)),
+            ("execute", (220, 2)),
+            ("plan", (110, 2)),
+            ("review", (55, 1)),
+        ]
+    );
+    assert_eq!(eng_row.handle, "", "the store does not know handles");
+    // Turns newest first: all of t1 and t2 are at `recent`, so ties go by id.
+    assert_eq!(
+        b.by_turn
+            .iter()
+            .map(|g| (g.turn_id.as_str(), g.role.as_str(), sums(&g.tokens)))
+            .collect::<Vec<_>>(),
+        vec![("t1", "eng", (391, 6)), ("t2", "pm", (1100, 2))]
+    );
+    let stamp = recent.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    assert_eq!(b.by_turn[0].started_at, stamp);
+    assert_eq!(b.by_turn[0].ended_at, stamp);
+    assert_eq!(b.by_turn[0].by_phase.len(), 4);
+    assert_eq!(b.aggregated_through, stamp);
 
-    let week = ok(store.token_breakdown(7).await, "breakdown");
-    assert_eq!(week.total.calls, 10);
-    assert_eq!(week.by_turn.len(), 3);
-    assert_eq!(
-        keys(&week.by_phase)[0],
-        ("plan".into(), 1224, 6),
-        "{:?}",
-        week.by_phase
+    let week = ok(
+        store.token_breakdown(&BreakdownQuery::days(7)).await,
+        "breakdown",
     );
+    assert_eq!(week.totals.calls, 10);
+    assert_eq!(week.by_turn.len(), 3);
+    assert_eq!(week.by_phase[0].phase, "plan");
+    assert_eq!(sums(&week.by_phase[0].tokens), (1224, 6));
+    // The oldest turn comes last.
+    assert_eq!(week.by_turn[2].turn_id, "t3");
+
+    // One role; and a shorter turn list.
+    let pm_only = ok(
+        store
+            .token_breakdown(&BreakdownQuery {
+                since_days: 7,
+                agent_role: Some("pm".into()),
+                recent_turns: 1,
+            })
+            .await,
+        "breakdown",
+    );
+    assert_eq!(pm_only.agent_role, "pm");
+    assert_eq!(sums(&pm_only.totals), (1114, 4));
+    assert_eq!(
+        pm_only
+            .by_agent
+            .iter()
+            .map(|g| g.role.as_str())
+            .collect::<Vec<_>>(),
+        vec!["pm"]
+    );
+    assert_eq!(
+        pm_only
+            .by_turn
+            .iter()
+            .map(|g| g.turn_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["t2"],
+        "the latest turn only"
+    );
+    let nobody = ok(
+        store
+            .token_breakdown(&BreakdownQuery {
+                agent_role: Some("nobody".into()),
+                ..BreakdownQuery::days(7)
+            })
+            .await,
+        "breakdown",
+    );
+    assert_eq!(nobody.totals, TokenTotals::default());
+    assert_eq!(nobody.aggregated_through, "");
 }
 
 pub async fn token_breakdown_accepts_1_to_30_days_only(store: Arc<dyn EventStore>) {
     for bad in [0, 31, 365] {
         assert!(
             matches!(
-                store.token_breakdown(bad).await,
+                store.token_breakdown(&BreakdownQuery::days(bad)).await,
                 Err(StoreError::InvalidInput { .. })
             ),
             "{bad} days accepted"
         );
     }
+    for turns in [0, 501] {
+        let q = BreakdownQuery {
+            recent_turns: turns,
+            ..BreakdownQuery::days(1)
+        };
+        assert!(
+            matches!(
+                store.token_breakdown(&q).await,
+                Err(StoreError::InvalidInput { .. })
+            ),
+            "{turns} turns accepted"
+        );
+    }
     for good in [1, 30] {
-        let b = ok(store.token_breakdown(good).await, "breakdown");
-        assert_eq!(b.total.calls, 0);
+        let b = ok(
+            store.token_breakdown(&BreakdownQuery::days(good)).await,
+            "breakdown",
+        );
+        assert_eq!(b.totals.calls, 0);
         assert!(b.by_phase.is_empty() && b.by_turn.is_empty());
+        assert_eq!(b.aggregated_through, "");
     }
 }
 

@@ -74,6 +74,8 @@ macro_rules! config_revisions_conformance {
                 list_is_newest_first_and_unknown_ids_are_not_found,
                 concurrent_edits_of_one_parent_let_exactly_one_win,
                 inactive_drafts_do_not_move_the_parent,
+                every_revision_has_its_own_uuid_and_its_parents,
+                pages_are_newest_first_with_an_offset,
             ]
         );
     };
