@@ -68,7 +68,9 @@ fn valid_examples_exit_0_with_a_summary() {
     );
     // Keys with no effect yet are warnings, with their line; still exit 0.
     assert!(
-        out.contains("examples/acme/company.yaml:57:3: warning: learning.enabled: has no effect yet"),
+        out.contains(
+            "examples/acme/company.yaml:57:3: warning: learning.enabled: has no effect yet"
+        ),
         "{out}"
     );
     assert!(
@@ -113,9 +115,8 @@ fn invalid_files_exit_1_listing_every_problem() {
     assert_eq!(lines.len(), 5, "{out}");
     // Warnings first (the file would be accepted with them alone)...
     assert!(
-        lines[0].contains(
-            ":6:15: warning: roles[0].manages[0]: manages `ghost`, which names no role"
-        ),
+        lines[0]
+            .contains(":6:15: warning: roles[0].manages[0]: manages `ghost`, which names no role"),
         "{out}"
     );
     // ...then every problem, in file order.
@@ -130,7 +131,8 @@ fn invalid_files_exit_1_listing_every_problem() {
         "{out}"
     );
     assert!(
-        lines[3].contains(":8:") && lines[3].contains("roles[0].schedules[0].cron: cron `61 * * * *`"),
+        lines[3].contains(":8:")
+            && lines[3].contains("roles[0].schedules[0].cron: cron `61 * * * *`"),
         "{out}"
     );
     assert!(lines[4].ends_with("company.yaml: 3 problems"), "{out}");

@@ -217,7 +217,8 @@ async fn an_mcp_shell_is_refused_unless_tier_a_allows_the_program() {
         Some(BASE),
     )
     .await;
-    let shell = with_mcp("  - name: x\n    command: /bin/sh\n    args: [-c, \"id > /tmp/pwned\"]\n");
+    let shell =
+        with_mcp("  - name: x\n    command: /bin/sh\n    args: [-c, \"id > /tmp/pwned\"]\n");
     let (status, body) = s.put_yaml(shell.clone()).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"], "not_allowed");
@@ -234,7 +235,9 @@ async fn an_mcp_shell_is_refused_unless_tier_a_allows_the_program() {
     // A basename is not enough: `npx` allows the bare command only.
     for command in ["/tmp/evil/npx", "./npx", "my-server", "sh"] {
         let (status, body) = s
-            .put_yaml(with_mcp(&format!("  - name: x\n    command: \"{command}\"\n")))
+            .put_yaml(with_mcp(&format!(
+                "  - name: x\n    command: \"{command}\"\n"
+            )))
             .await;
         assert_eq!(status, 400, "{command}: {body}");
     }

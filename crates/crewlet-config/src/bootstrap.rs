@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use figment::Figment;
-use indexmap::IndexMap;
 use figment::providers::Format;
+use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -30,7 +30,13 @@ fn resolve<'s>(root: &'s Value, mut schema: &'s Value) -> &'s Value {
     schema
 }
 
-fn walk(root: &Value, schema: &Value, value: &Value, path: &YamlPath, out: &mut Vec<(YamlPath, String)>) {
+fn walk(
+    root: &Value,
+    schema: &Value,
+    value: &Value,
+    path: &YamlPath,
+    out: &mut Vec<(YamlPath, String)>,
+) {
     let schema = resolve(root, schema);
     if let Some(branches) = schema
         .get("anyOf")
@@ -42,7 +48,10 @@ fn walk(root: &Value, schema: &Value, value: &Value, path: &YamlPath, out: &mut 
         for branch in branches {
             let b = resolve(root, branch);
             let fits = match value {
-                Value::Object(_) => b.get("properties").is_some() || b.get("additionalProperties").is_some_and(Value::is_object),
+                Value::Object(_) => {
+                    b.get("properties").is_some()
+                        || b.get("additionalProperties").is_some_and(Value::is_object)
+                }
                 Value::Array(_) => b.get("items").is_some(),
                 _ => false,
             };

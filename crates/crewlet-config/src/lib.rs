@@ -38,15 +38,15 @@ pub use bootstrap::{
     ENV_PREFIX, ENV_SEPARATOR, LogFormat, Observability, QueueConfig, QueueKind, check_bootstrap,
 };
 pub use company::validate::{CompanyReport, check_company, check_company_report};
-pub use company::{DEFAULT_PROVIDER, later};
 pub use company::{
     Company, CompanyProviders, ConfluenceIntegration, Contact, EmbeddingsKind, EmbeddingsProvider,
     GithubIntegration, GitlabIntegration, Integrations, JiraIntegration, Learning, LlmChoice,
-    LlmKind, LlmPhases, LlmProvider, LlmSpec, McpServer, McpTransport, Phase,
-    PlaneIntegration, ProjectIdentity, Role, RoleIntegrations, Schedule, ScheduleTarget,
-    Scheduling, SeatAccount, SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat,
-    TurnEngine, Unit, UnitIntegrations, WikiSeat,
+    LlmKind, LlmPhases, LlmProvider, LlmSpec, McpServer, McpTransport, Phase, PlaneIntegration,
+    ProjectIdentity, Role, RoleIntegrations, Schedule, ScheduleTarget, Scheduling, SeatAccount,
+    SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat, TurnEngine, Unit,
+    UnitIntegrations, WikiSeat,
 };
+pub use company::{DEFAULT_PROVIDER, later};
 pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;
 pub use error::{ConfigError, Problem};
@@ -83,7 +83,9 @@ pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
         Tier::Bootstrap => {
             let result = check_bootstrap(source, text);
             let warnings = match &result {
-                Ok(b) => inert::warnings(source, Tier::Bootstrap, b, yaml::parse(text).root.as_ref()),
+                Ok(b) => {
+                    inert::warnings(source, Tier::Bootstrap, b, yaml::parse(text).root.as_ref())
+                }
                 Err(_) => Vec::new(),
             };
             Checked::Bootstrap(result, warnings)
@@ -120,7 +122,9 @@ pub enum Checked {
 impl Checked {
     pub fn problems(&self) -> &[Problem] {
         match self {
-            Checked::Company(Err(p), _) | Checked::Bootstrap(Err(p), _) | Checked::Undetected(p) => p,
+            Checked::Company(Err(p), _)
+            | Checked::Bootstrap(Err(p), _)
+            | Checked::Undetected(p) => p,
             _ => &[],
         }
     }

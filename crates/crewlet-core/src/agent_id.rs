@@ -84,11 +84,23 @@ mod tests {
             "c1ea9c6e-3f5d-4c9c-9e9f-1d2c3b4a5e6f"
         );
         for (company, handle, expected) in [
-            ("Nimbus", "agent-ceo", "0ec3466a-48af-545d-a23a-ef0e47702917"),
-            ("Minimal Corp", "engineer", "a4b9bc61-264e-5bf7-8bc6-2c87caf372b7"),
+            (
+                "Nimbus",
+                "agent-ceo",
+                "0ec3466a-48af-545d-a23a-ef0e47702917",
+            ),
+            (
+                "Minimal Corp",
+                "engineer",
+                "a4b9bc61-264e-5bf7-8bc6-2c87caf372b7",
+            ),
             ("Acme AI", "ceo", "2ceeb519-da94-59de-aaf2-be0042636a9f"),
             // Non-ASCII company names: UTF-8 bytes, as Python encodes them.
-            ("Ünïcode Co", "dev-1", "b2a53ff8-754a-549b-a557-e83aeb330470"),
+            (
+                "Ünïcode Co",
+                "dev-1",
+                "b2a53ff8-754a-549b-a557-e83aeb330470",
+            ),
         ] {
             assert_eq!(AgentId::for_seat(company, handle).to_string(), expected);
         }

@@ -108,7 +108,9 @@ fn provider_config(
     }
     let mut config = ProviderConfig::new(name, kind, entry.model.clone())
         .with_keys(keys)
-        .with_timeout(Duration::from_secs_f64(entry.timeout_seconds.clamp(0.001, 86_400.0)));
+        .with_timeout(Duration::from_secs_f64(
+            entry.timeout_seconds.clamp(0.001, 86_400.0),
+        ));
     if let Some(url) = &entry.base_url {
         config = config.with_base_url(expand("base_url", url)?);
     }

@@ -130,7 +130,10 @@ async fn slack_webhook_to_turn_to_mcp_in_one_trace() {
         breakdown["totals"]["output_tokens"], TURN_OUTPUT,
         "{breakdown}"
     );
-    assert_eq!(breakdown["totals"]["total_tokens"], TURN_INPUT + TURN_OUTPUT);
+    assert_eq!(
+        breakdown["totals"]["total_tokens"],
+        TURN_INPUT + TURN_OUTPUT
+    );
     // The rollup counts LLM completions (plan, a tool call and the answer
     // after it in execute, review), not phases.
     assert_eq!(breakdown["totals"]["calls"], 4, "{breakdown}");

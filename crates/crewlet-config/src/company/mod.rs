@@ -6,8 +6,8 @@ mod learning;
 mod llm;
 mod mcp;
 mod role;
-mod schedule;
 mod rules;
+mod schedule;
 mod unit;
 pub(crate) mod validate;
 
@@ -218,7 +218,8 @@ pub struct TurnEngine {
 }
 
 const SUBAGENTS: &str = "sub-agents are not built yet";
-const EXTENSION: &str = "round extensions are not built yet: the limits are max_tool_rounds and plan_max_tool_rounds";
+const EXTENSION: &str =
+    "round extensions are not built yet: the limits are max_tool_rounds and plan_max_tool_rounds";
 
 impl Default for TurnEngine {
     fn default() -> Self {

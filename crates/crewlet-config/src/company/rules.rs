@@ -16,7 +16,9 @@ pub(super) fn company_rules(company: &Company, out: &mut Vec<Finding>) {
             if !is_identifier(key) {
                 out.push(Finding::new(
                     root.key("skill_variables").key(key),
-                    format!("skill variable `{key}` must be an identifier ([A-Za-z_][A-Za-z0-9_]*)"),
+                    format!(
+                        "skill variable `{key}` must be an identifier ([A-Za-z_][A-Za-z0-9_]*)"
+                    ),
                 ));
             }
         }

@@ -11,8 +11,8 @@ use super::{
     ScheduleTarget, SeatKind, Unit,
 };
 use crate::check::{self, Finding};
-use crate::inert;
 use crate::error::{ConfigError, Problem};
+use crate::inert;
 use crate::organization::{Organization, resolve};
 use crate::schema::Tier;
 use crate::text::decode_utf8;
@@ -49,7 +49,12 @@ pub fn check_company_report(source: &str, text: &str) -> CompanyReport {
     problems.extend(check::locate(source, parsed.tree.as_ref(), findings));
     check::sort(&mut problems);
     let mut warnings = check::locate(source, parsed.tree.as_ref(), warned);
-    warnings.extend(inert::warnings(source, Tier::Company, &company, parsed.tree.as_ref()));
+    warnings.extend(inert::warnings(
+        source,
+        Tier::Company,
+        &company,
+        parsed.tree.as_ref(),
+    ));
     check::sort(&mut warnings);
     let result = if problems.is_empty() {
         Ok((company, org))
@@ -138,7 +143,11 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let llm_providers = company.llm_providers();
     let defined = Names {
         llm: llm_providers.keys().map(String::as_str).collect(),
-        mcp: company.mcp_servers.iter().map(|s| s.name.as_str()).collect(),
+        mcp: company
+            .mcp_servers
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect(),
     };
     for seat in org.seats() {
         let at = YamlPath::parse(&seat.yaml_path).unwrap_or_default();
@@ -224,10 +233,14 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
             )),
             (_, None) => {}
         }
-        if p.reasoning == Some(true) && matches!(p.kind, LlmKind::OpenaiCompatible | LlmKind::CliAgent) {
+        if p.reasoning == Some(true)
+            && matches!(p.kind, LlmKind::OpenaiCompatible | LlmKind::CliAgent)
+        {
             out.push(Finding::new(
                 at.key("reasoning"),
-                format!("provider `{name}`: reasoning is only for `openai` and `anthropic` providers"),
+                format!(
+                    "provider `{name}`: reasoning is only for `openai` and `anthropic` providers"
+                ),
             ));
         }
         check_url(p.base_url.as_deref(), &at.key("base_url"), out);
@@ -283,7 +296,9 @@ fn mcp_servers(company: &Company, out: &mut Vec<Finding>) {
                 if s.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
                     out.push(Finding::warning(
                         at.clone(),
-                        format!("stdio MCP server `{name}` has no `command`; it will fail to start"),
+                        format!(
+                            "stdio MCP server `{name}` has no `command`; it will fail to start"
+                        ),
                     ));
                 }
             }
@@ -339,7 +354,12 @@ fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mu
 
     if role.kind == SeatKind::Human {
         let agent_only: Vec<&str> = [
-            ("llm", role.llm.as_ref().is_some_and(|l| l != &LlmSpec::One("default".into()))),
+            (
+                "llm",
+                role.llm
+                    .as_ref()
+                    .is_some_and(|l| l != &LlmSpec::One("default".into())),
+            ),
             ("llm_plan", role.llm_plan.is_some()),
             ("llm_execute", role.llm_execute.is_some()),
             ("llm_review", role.llm_review.is_some()),
@@ -352,13 +372,22 @@ fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mu
             ("learning_enabled", role.learning_enabled.is_some()),
             ("schedules", !role.schedules.is_empty()),
             ("integrations.slack", role.integrations.slack.is_some()),
-            ("integrations.mattermost", role.integrations.mattermost.is_some()),
+            (
+                "integrations.mattermost",
+                role.integrations.mattermost.is_some(),
+            ),
             ("integrations.jira", role.integrations.jira.is_some()),
-            ("integrations.confluence", role.integrations.confluence.is_some()),
+            (
+                "integrations.confluence",
+                role.integrations.confluence.is_some(),
+            ),
             ("integrations.plane", role.integrations.plane.is_some()),
             ("mcp_env", !role.mcp_env.is_empty()),
             ("mcp_servers", !role.mcp_servers.is_empty()),
-            ("behavioral_guidelines", !role.behavioral_guidelines.is_empty()),
+            (
+                "behavioral_guidelines",
+                !role.behavioral_guidelines.is_empty(),
+            ),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))

@@ -392,7 +392,10 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
                 unit_path: s.unit.map(|u| units[u].path.clone()).unwrap_or_default(),
                 yaml_path: s.yaml.to_string(),
                 manager: manager[i].map(|m| seats[m].handle.clone()),
-                managers: managers[i].iter().map(|&m| seats[m].handle.clone()).collect(),
+                managers: managers[i]
+                    .iter()
+                    .map(|&m| seats[m].handle.clone())
+                    .collect(),
                 manager_chain: std::mem::take(&mut chains[i]),
                 reports: edges[i].iter().map(|&t| seats[t].handle.clone()).collect(),
                 mcp_env,
