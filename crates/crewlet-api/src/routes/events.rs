@@ -153,15 +153,16 @@ pub struct EventsParams {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct BreakdownParams {
-    /// Window in days (default 7); cut to 1..=30, and a value that is not an
-    /// integer is the default.
-    #[param(value_type = Option<i64>)]
+    /// Window in days, an integer (default 7); cut to 1..=30, and a value
+    /// that is not an integer is the default (as the original engine does,
+    /// so any text is accepted).
+    #[param(value_type = Option<String>)]
     pub since_days: Option<String>,
     /// Only this agent role (as the phase events name it).
     pub agent_role: Option<String>,
-    /// Longest `by_turn` (default 50); cut to 1..=500, and a value that is
-    /// not an integer is the default.
-    #[param(value_type = Option<i64>)]
+    /// Longest `by_turn`, an integer (default 50); cut to 1..=500, and a
+    /// value that is not an integer is the default (any text is accepted).
+    #[param(value_type = Option<String>)]
     pub recent_turns: Option<String>,
 }
 

@@ -80,8 +80,8 @@ pub(crate) fn structural_diff(old: &Value, new: &Value, path: &str, out: &mut Ve
 /// What changed from `against` (default: the active revision) to `{id}`.
 #[utoipa::path(get, path = "/config/revisions/{id}/diff", tag = "config",
     params(
-        ("id" = String, Path, description = "the revision id (uuid), or its number"),
-        ("against" = Option<String>, Query, description = "`active` (default), or a revision id")),
+        ("id" = String, Path, pattern = "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9]{1,18})$", description = "the revision id (uuid), or its number"),
+        ("against" = Option<String>, Query, pattern = "^(active|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9]{1,18})$", description = "`active` (default), or a revision id")),
     responses((status = 200, body = RevisionDiff),
         (status = 400, description = "`invalid_uuid` or `invalid_against_uuid`", body = ErrorBody),
         (status = 401, body = ErrorBody),

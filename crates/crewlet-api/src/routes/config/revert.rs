@@ -55,7 +55,7 @@ async fn revert_to(
 /// (optional, ours) as for `PUT /config`.
 #[utoipa::path(post, path = "/config/revisions/{id}/revert", tag = "config",
     params(
-        ("id" = String, Path, description = "the revision to go back to: its id (uuid), or its number"),
+        ("id" = String, Path, pattern = "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9]{1,18})$", description = "the revision to go back to: its id (uuid), or its number"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the revert is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "why")),
     responses(
@@ -84,7 +84,7 @@ pub async fn revert(
 /// Ours: `revert`, answering 200 (kept for scripts written against it).
 #[utoipa::path(post, path = "/config/revisions/{id}/activate", tag = "config",
     params(
-        ("id" = String, Path, description = "the revision to go back to: its id (uuid), or its number"),
+        ("id" = String, Path, pattern = "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9]{1,18})$", description = "the revision to go back to: its id (uuid), or its number"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the revert is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "why")),
     responses(

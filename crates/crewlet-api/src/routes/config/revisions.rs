@@ -97,7 +97,7 @@ pub async fn audit(
 
 /// One revision, with its payload.
 #[utoipa::path(get, path = "/config/revisions/{id}", tag = "config",
-    params(("id" = String, Path, description = "the revision id (uuid), or its number")),
+    params(("id" = String, Path, pattern = "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9]{1,18})$", description = "the revision id (uuid), or its number")),
     responses((status = 200, body = RevisionDetail),
         (status = 400, description = "`invalid_uuid`", body = ErrorBody),
         (status = 401, body = ErrorBody),
