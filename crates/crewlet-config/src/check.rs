@@ -52,7 +52,15 @@ pub(crate) fn structural<T: DeserializeOwned>(
     text: &str,
     tier: Tier,
 ) -> Structural<T> {
-    let parsed = yaml::parse(text);
+    structural_parsed(source, yaml::parse(text), tier)
+}
+
+/// As [`structural`] for text already read into a located tree.
+pub(crate) fn structural_parsed<T: DeserializeOwned>(
+    source: &str,
+    parsed: yaml::Parsed,
+    tier: Tier,
+) -> Structural<T> {
     let mut problems: Vec<Problem> = parsed
         .problems
         .into_iter()

@@ -66,7 +66,10 @@ pub use zone::Zone;
 /// Validates a file of either tier (`tier: None` guesses it from the keys,
 /// see [`Tier::detect`]). Reads no environment and touches no network.
 pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
-    let tier = match tier.or_else(|| Tier::detect(text)) {
+    // Read once: the tier is guessed from the same tree that is checked.
+    let parsed = yaml::parse(text);
+    let guessed = || parsed.root.as_ref().and_then(Tier::detect_tree);
+    let tier = match tier.or_else(guessed) {
         Some(t) => t,
         None => {
             let problems = yaml_problems_or(source, text, || {
@@ -77,7 +80,7 @@ pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
     };
     match tier {
         Tier::Company => {
-            let report = check_company_report(source, text);
+            let report = company::validate::check_company_parsed(source, parsed);
             Checked::Company(report.result, report.warnings)
         }
         Tier::Bootstrap => {

@@ -35,7 +35,12 @@ pub struct CompanyReport {
 
 /// As [`check_company`], with the warnings located in the file.
 pub fn check_company_report(source: &str, text: &str) -> CompanyReport {
-    let parsed = check::structural::<Company>(source, text, Tier::Company);
+    check_company_parsed(source, crate::yaml::parse(text))
+}
+
+/// As [`check_company_report`] for text already read into a located tree.
+pub(crate) fn check_company_parsed(source: &str, tree: crate::yaml::Parsed) -> CompanyReport {
+    let parsed = check::structural_parsed::<Company>(source, tree, Tier::Company);
     let mut problems = parsed.problems;
     let Some(company) = parsed.value else {
         return CompanyReport {
