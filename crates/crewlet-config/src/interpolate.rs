@@ -105,6 +105,14 @@ fn walk(
     Ok(())
 }
 
+/// True for exactly one `${NAME}` and nothing else.
+pub(crate) fn is_whole_reference(value: &str) -> bool {
+    value
+        .strip_prefix("${")
+        .and_then(|v| v.strip_suffix('}'))
+        .is_some_and(is_name)
+}
+
 fn is_name(s: &str) -> bool {
     let mut chars = s.chars();
     chars

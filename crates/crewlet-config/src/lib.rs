@@ -86,9 +86,7 @@ pub fn check_file(source: &str, text: &str, tier: Option<Tier>) -> Checked {
         Tier::Bootstrap => {
             let result = check_bootstrap(source, text);
             let warnings = match &result {
-                Ok(b) => {
-                    inert::warnings(source, Tier::Bootstrap, b, yaml::parse(text).root.as_ref())
-                }
+                Ok(b) => inert::warnings(source, Tier::Bootstrap, b, parsed.root.as_ref()),
                 Err(_) => Vec::new(),
             };
             Checked::Bootstrap(result, warnings)

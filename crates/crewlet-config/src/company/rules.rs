@@ -1,11 +1,9 @@
 //! Company-wide rules of the original engine that the schema cannot say:
 //! identifiers in `skill_variables`, the single knowledge backend, what an
-//! `enabled` integration needs, the scheduler's default time zone, and the
-//! servers units' `mcp_env` names.
+//! `enabled` integration needs and the scheduler's default time zone.
 
 use super::Company;
 use super::schedule::check_timezone;
-use super::validate::mcp_env_refs;
 use crate::check::Finding;
 use crate::yaml::YamlPath;
 
@@ -96,19 +94,6 @@ pub(super) fn company_rules(company: &Company, out: &mut Vec<Finding>) {
             root.key("scheduling").key("default_timezone"),
             e,
         ));
-    }
-
-    let mut stack: Vec<(YamlPath, &super::Unit)> = company
-        .units
-        .iter()
-        .enumerate()
-        .map(|(n, u)| (root.key("units").index(n), u))
-        .collect();
-    while let Some((at, unit)) = stack.pop() {
-        mcp_env_refs(company, &unit.mcp_env, &at.key("mcp_env"), out);
-        for (n, child) in unit.children.iter().enumerate() {
-            stack.push((at.key("children").index(n), child));
-        }
     }
 }
 

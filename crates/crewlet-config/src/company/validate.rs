@@ -13,6 +13,7 @@ use super::{
 use crate::check::{self, Finding};
 use crate::error::{ConfigError, Problem};
 use crate::inert;
+use crate::interpolate::is_whole_reference;
 use crate::organization::{Organization, resolve};
 use crate::schema::Tier;
 use crate::text::decode_utf8;
@@ -161,6 +162,7 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let configs = units_preorder(&company.units);
     for (unit, config) in org.units().iter().zip(configs) {
         let at = YamlPath::parse(&unit.yaml_path).unwrap_or_default();
+        mcp_env_refs(company, &config.mcp_env, &at.key("mcp_env"), &mut out);
         let lead = unit.lead.as_deref().and_then(|h| org.seat(h));
         let has_agents = unit
             .seats
@@ -475,7 +477,7 @@ fn role(company: &Company, defined: &Names, role: &Role, at: &YamlPath, out: &mu
 }
 
 /// `mcp_env` entries name servers: an unknown or shared one is ignored.
-pub(super) fn mcp_env_refs(
+fn mcp_env_refs(
     company: &Company,
     env: &indexmap::IndexMap<String, indexmap::IndexMap<String, String>>,
     at: &YamlPath,
@@ -494,14 +496,6 @@ pub(super) fn mcp_env_refs(
             Some(_) => {}
         }
     }
-}
-
-/// True for exactly one `${NAME}` and nothing else.
-fn is_whole_reference(value: &str) -> bool {
-    value
-        .strip_prefix("${")
-        .and_then(|v| v.strip_suffix('}'))
-        .is_some_and(|name| !name.is_empty() && !name.contains(['$', '{', '}']))
 }
 
 fn llm_ref(name: &str, defined: &[&str], at: YamlPath, out: &mut Vec<Finding>) {
