@@ -6,6 +6,9 @@ use uuid::Uuid;
 
 use crate::{AgentId, Category, EventType, SpanId, TraceContext, TraceId};
 
+/// The tag naming the seat (its handle) an event is about.
+pub const TAG_AGENT_HANDLE: &str = "agent_handle";
+
 /// One thing that happened, as published on the queue and kept in the event
 /// store. The JSON form of this struct is the wire format.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -110,6 +113,16 @@ impl Event {
     pub fn with_tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.tags.insert(key.into(), value.into());
         self
+    }
+
+    /// Tags the event with the handle of the seat it is about.
+    pub fn with_agent_handle(self, handle: impl Into<String>) -> Self {
+        self.with_tag(TAG_AGENT_HANDLE, handle)
+    }
+
+    /// The handle of the seat the event is about, when tagged.
+    pub fn agent_handle(&self) -> Option<&str> {
+        self.tags.get(TAG_AGENT_HANDLE).map(String::as_str)
     }
 
     pub fn with_delegation_depth(mut self, depth: u32) -> Self {

@@ -7,9 +7,11 @@
 mod agent_id;
 mod event;
 mod event_type;
+pub mod payload;
 mod trace;
 
 pub use agent_id::{AGENT_ID_NAMESPACE, AgentId};
-pub use event::Event;
+pub use event::{Event, TAG_AGENT_HANDLE};
 pub use event_type::{Category, EventType};
+pub use payload::{EventPayload, PayloadError};
 pub use trace::{SpanId, TraceContext, TraceId, TraceParseError};

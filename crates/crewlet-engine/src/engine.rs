@@ -383,7 +383,7 @@ impl EngineBuilder {
                         .with_summary(format!("{} ({}) spawned", s.handle, s.name))
                         .with_agent(s.agent_id, s.name.as_str())
                         .with_trace(boot.child())
-                        .with_tag("agent_handle", s.handle.as_str())
+                        .with_agent_handle(s.handle.as_str())
                         .with_payload(json!({
                             "handle": s.handle,
                             "name": s.name,
@@ -733,7 +733,7 @@ impl Engine {
                     .with_summary(format!("{} terminated", s.handle))
                     .with_agent(s.agent_id, s.name.as_str())
                     .with_trace(trace.child())
-                    .with_tag("agent_handle", s.handle.as_str())
+                    .with_agent_handle(s.handle.as_str())
                     .with_payload(json!({"handle": s.handle, "tokens": tokens})),
             )
             .await;

@@ -482,7 +482,7 @@ impl NotificationRouter {
             .with_task(task_id.as_str())
             .with_channel(n.channel_or_project.as_str())
             .with_trace(router_span)
-            .with_tag("agent_handle", handle)
+            .with_agent_handle(handle)
             .with_tag("webhook_source", n.source.as_str())
             .with_tag("rule", rule.as_str())
             .with_payload(json!({

@@ -293,7 +293,7 @@ impl Scheduler {
             .with_agent(seat.agent_id, seat.name.as_str())
             .with_task(task_id)
             .with_trace(trace.child())
-            .with_tag("agent_handle", seat.handle.as_str())
+            .with_agent_handle(seat.handle.as_str())
             .with_payload(json!({
                 "scope": entry.scope,
                 "schedule": entry.name,

@@ -40,10 +40,7 @@ impl QueueEventSink {
 impl EventSink for QueueEventSink {
     async fn emit(&self, event: Event) {
         if event.event_type == EventType::AgentPhaseStarted
-            && let Some(seat) = event
-                .tags
-                .get("agent_handle")
-                .and_then(|h| self.seats.get(h))
+            && let Some(seat) = event.agent_handle().and_then(|h| self.seats.get(h))
             && let Some(phase) = event.payload.get("phase").and_then(|p| p.as_str())
         {
             seat.set_phase(phase);

@@ -84,7 +84,7 @@ impl TaskRequest {
             .with_agent(seat.agent_id, seat.name.as_str())
             .with_task(task_id)
             .with_trace(trace)
-            .with_tag("agent_handle", seat.handle.as_str())
+            .with_agent_handle(seat.handle.as_str())
             .with_tag("task_source", self.source.as_str())
             .with_payload(serde_json::to_value(self).unwrap_or_default());
         if let Some(channel) = &self.channel {

@@ -1040,7 +1040,7 @@ impl TurnEngine {
             .with_task(t.trigger.task_id.as_str())
             .with_trace(span)
             .with_delegation_depth(t.trigger.delegation_depth)
-            .with_tag("agent_handle", t.seat.handle.as_str())
+            .with_agent_handle(t.seat.handle.as_str())
             .with_payload(payload);
         if let Some(channel) = &t.trigger.channel {
             event = event.with_channel(channel.as_str());

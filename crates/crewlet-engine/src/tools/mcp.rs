@@ -276,7 +276,7 @@ pub(crate) async fn start(
             {
                 e = e
                     .with_agent(seat.agent_id, seat.name.as_str())
-                    .with_tag("agent_handle", handle.as_str());
+                    .with_agent_handle(handle.as_str());
             }
             debug_assert_eq!(e.event_type, EventType::McpServerFailed);
             e
