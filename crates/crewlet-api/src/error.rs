@@ -27,12 +27,26 @@ pub enum ApiError {
     Queue(#[from] QueueError),
     #[error(transparent)]
     Store(#[from] StoreError),
+
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     /// The bootstrap asks for a backend this build does not have.
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<crewlet_backends::BackendError> for ApiError {
+    fn from(e: crewlet_backends::BackendError) -> Self {
+        use crewlet_backends::BackendError as B;
+        match e {
+            B::Queue(e) => Self::Queue(e),
+            B::Store(e) => Self::Store(e),
+            other @ (B::NeedsDatabase { .. } | B::Unsupported(_)) => {
+                Self::Unsupported(other.to_string())
+            }
+        }
+    }
 }
 
 /// The body of every error answer. The `/config` routes add the original

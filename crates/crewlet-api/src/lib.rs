@@ -12,12 +12,12 @@
 //! This crate never imports the engine: live state comes through
 //! [`EngineView`]. It does not route notifications to seats (the engine's
 //! router does), verify signatures itself (`crewlet-integrations` does), or
-//! write events to the store on its own: [`archive`] holds the one way
-//! every process stores what it publishes, inline with a durable outbox
-//! and from the broker, which the engine and [`standalone`] both install.
+//! write events to the store on its own: `crewlet_backends::archive` holds
+//! the one way every process stores what it publishes, inline with a
+//! durable outbox and from the broker, which the engine and [`standalone`]
+//! both install through `crewlet_backends::Backends`.
 //! The OpenAPI document is generated from the routes ([`openapi`]).
 
-pub mod archive;
 mod auth;
 mod company;
 mod engine_view;

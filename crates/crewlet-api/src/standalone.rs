@@ -1,139 +1,44 @@
 //! The standalone API process (`crewlet run api`, `crewlet-api`): builds the
 //! queue and the stores from the Tier A bootstrap, serves until SIGINT or
 //! SIGTERM, then drains; its `raw_webhook` events are stored from the
-//! broker by the `event-store` group ([`crate::archive`]).
+//! broker by the `event-store` group ([`crewlet_backends::archive`]).
 //!
 //! Port: `--port`, default [`DEFAULT_PORT`]; `api.port` is never read (it is
 //! the engine's embedded API). Host: `--host`, else `api.host`.
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use std::sync::Mutex;
-
-use crewlet_config::{Bootstrap, Observability, QueueKind};
-use crewlet_queue::{EventQueue, MemoryQueue};
-use crewlet_store::{EventStore, EventStoreWriter, MigrationOptions, Stores};
+use crewlet_backends::{Backends, Process};
+use crewlet_config::{Bootstrap, Observability};
 use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::archive::{ArchiveMembers, EventArchive};
 use crate::error::ApiError;
 use crate::state::ApiBuilder;
 
 /// `crewlet run api` listens here unless `--port` says otherwise.
 pub const DEFAULT_PORT: u16 = 8000;
 
-/// The queue and stores of a standalone API, built from the bootstrap.
-pub struct Backends {
-    pub queue: Arc<dyn EventQueue>,
-    pub stores: Stores,
-    /// The event store reads go to.
-    pub events: Arc<dyn EventStore>,
-    /// Stores the `raw_webhook` events this process publishes, from the broker.
-    pub archive: Arc<EventArchive>,
-    members: Mutex<Option<ArchiveMembers>>,
-}
-
-impl Backends {
-    /// Connects the queue (Pulsar when `providers.queue.type: pulsar`, else
-    /// the in-process broker) and the stores (PostgreSQL, migrated, when a
-    /// DSN is set, else memory), and joins the `event-store` group: a
-    /// webhook is acknowledged once its `raw_webhook` is on the broker, and
-    /// the group stores it from there, so a crash of this process loses none.
-    pub async fn connect(bootstrap: &Bootstrap) -> Result<Self, ApiError> {
-        let queue = connect_queue(bootstrap).await?;
-        let stores = match &bootstrap.providers.database {
-            Some(db) => {
-                let options = MigrationOptions {
-                    embedding_dim: db.embedding_dim,
-                };
-                let (stores, report) = Stores::open(&db.dsn, options).await?;
-                info!(
-                    applied = report.applied.len(),
-                    already_applied = report.already_applied,
-                    "postgresql stores ready"
-                );
-                stores
-            }
-            None => {
-                warn!(
-                    "no providers.database: company revisions, webhook dedupe and events live in this process's memory; nothing survives a restart, and the engine cannot see any of it"
-                );
-                Stores::memory()
-            }
-        };
-        let events = stores.events.clone();
-        let archive =
-            EventArchive::detached(&queue, Arc::new(EventStoreWriter::new(events.clone())));
-        let members = archive.subscribe().await?;
-        Ok(Self {
-            queue,
-            stores,
-            events,
-            archive,
-            members: Mutex::new(Some(members)),
-        })
+/// Connects the queue and the stores the bootstrap names
+/// ([`crewlet_backends::Backends::connect`]) and joins the `event-store`
+/// group: a webhook is acknowledged once its `raw_webhook` is on the
+/// broker, and the group stores it from there, so a crash of this process
+/// loses none. Says loudly what an in-memory part means for a standalone API.
+pub async fn connect(bootstrap: &Bootstrap) -> Result<Backends, ApiError> {
+    let backends = Backends::connect(bootstrap, Process::Api).await?;
+    if !backends.queue.is_durable() {
+        warn!(
+            "the standalone api runs on the in-process memory queue: webhooks it accepts never reach an engine in another process; set providers.queue (type: pulsar) in config.yaml"
+        );
     }
-
-    /// Detaches from the `event-store` group (what is not stored yet stays
-    /// on the broker) and shuts the queue down.
-    pub async fn close(&self) {
-        let members = self
-            .members
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(members) = members {
-            members.close().await;
-        }
-        let report = self.queue.shutdown().await;
-        if report.abandoned > 0 {
-            warn!(
-                abandoned = report.abandoned,
-                "queue handlers abandoned at shutdown"
-            );
-        }
+    if backends.stores.database.is_none() {
+        warn!(
+            "no providers.database: company revisions, webhook dedupe and events live in this process's memory; nothing survives a restart, and the engine cannot see any of it"
+        );
     }
-}
-
-async fn connect_queue(bootstrap: &Bootstrap) -> Result<Arc<dyn EventQueue>, ApiError> {
-    match &bootstrap.providers.queue {
-        Some(q) if q.kind == QueueKind::Pulsar => connect_pulsar(q).await,
-        _ => {
-            warn!(
-                "the standalone api runs on the in-process memory queue: webhooks it accepts never reach an engine in another process; set providers.queue (type: pulsar) in config.yaml"
-            );
-            Ok(Arc::new(MemoryQueue::standalone()))
-        }
-    }
-}
-
-#[cfg(feature = "pulsar")]
-async fn connect_pulsar(q: &crewlet_config::QueueConfig) -> Result<Arc<dyn EventQueue>, ApiError> {
-    use crewlet_queue::{PulsarOptions, PulsarQueue};
-    let url = q.url.clone().ok_or_else(|| {
-        ApiError::Unsupported("providers.queue.url is required for pulsar".into())
-    })?;
-    let mut options = PulsarOptions::new(url.clone()).with_namespace(&q.tenant, &q.namespace);
-    if let Some(token) = &q.auth_token {
-        options = options.with_auth_token(token.clone());
-    }
-    options.tls_trust_certs_path = q.tls_trust_certs_path.as_ref().map(Into::into);
-    options.startup_retry = std::time::Duration::from_secs(q.startup_retry_seconds);
-    options.client_name = "crewlet-api".into();
-    let queue = PulsarQueue::connect(options).await?;
-    info!(%url, tenant = %q.tenant, namespace = %q.namespace, "pulsar queue connected");
-    Ok(Arc::new(queue))
-}
-
-#[cfg(not(feature = "pulsar"))]
-async fn connect_pulsar(_: &crewlet_config::QueueConfig) -> Result<Arc<dyn EventQueue>, ApiError> {
-    Err(ApiError::Unsupported(
-        "providers.queue.type is pulsar but crewlet-api was compiled without pulsar".into(),
-    ))
+    Ok(backends)
 }
 
 /// What `crewlet run api` and `crewlet-api` were asked for.
@@ -180,13 +85,13 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
-    let backends = Backends::connect(&bootstrap).await?;
+    let backends = connect(&bootstrap).await?;
     let api = ApiBuilder::new(
         bootstrap.api.clone(),
         backends.queue.clone(),
         &backends.stores,
     )
-    .events(backends.events.clone())
+    .events(backends.stores.events.clone())
     .security(bootstrap.security.clone())
     .build()
     .await;

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crewlet_config::{Bootstrap, Company, SeatKind};
-use crewlet_store::{ConfigRevision, MigrationOptions, Stores, agent_scope};
+use crewlet_store::{ConfigRevision, Stores, agent_scope};
 use serde_json::Value;
 
 use crate::company::{company_of, import_company};
@@ -17,19 +17,7 @@ pub async fn open_stores(
     bootstrap: &Bootstrap,
     command: &'static str,
 ) -> Result<Stores, EngineError> {
-    let db = bootstrap
-        .providers
-        .database
-        .as_ref()
-        .ok_or(EngineError::NeedsDatabase { command })?;
-    let (stores, _) = Stores::open(
-        &db.dsn,
-        MigrationOptions {
-            embedding_dim: db.embedding_dim,
-        },
-    )
-    .await?;
-    Ok(stores)
+    Ok(crewlet_backends::open_database(bootstrap, command).await?)
 }
 
 fn org_line(company: &Company) -> String {

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use crewlet_api::archive::{ArchiveMembers, EventArchive};
 use crewlet_api::{AgentState, AgentView, EngineView, ToolView};
+use crewlet_backends::{ArchiveMembers, EventArchive};
 use crewlet_config::{Company, Organization, Seat, SeatKind};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::McpHub;
@@ -36,7 +36,6 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::backends::Backends;
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
 use crate::llm::{build_registry, role_llm};
@@ -48,6 +47,7 @@ use crate::sink::{QueueEventSink, publish_event};
 use crate::task::{TaskRequest, derived_task_id};
 use crate::tools::ToolCatalog;
 use crate::tools::builtin::LookupColleague;
+use crewlet_backends::Backends;
 
 /// Looks up an environment variable.
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;

@@ -54,6 +54,18 @@ pub enum EngineError {
     Other(String),
 }
 
+impl From<crewlet_backends::BackendError> for EngineError {
+    fn from(e: crewlet_backends::BackendError) -> Self {
+        use crewlet_backends::BackendError as B;
+        match e {
+            B::Queue(e) => Self::Queue(e),
+            B::Store(e) => Self::Store(e),
+            B::NeedsDatabase { command } => Self::NeedsDatabase { command },
+            B::Unsupported(reason) => Self::Unsupported(reason),
+        }
+    }
+}
+
 impl EngineError {
     /// A file that could not be read or written.
     pub fn file(action: &'static str, path: impl Into<PathBuf>, reason: impl ToString) -> Self {

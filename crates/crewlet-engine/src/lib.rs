@@ -21,7 +21,6 @@
 //! (`crewlet-store`) and no turn logic (`crewlet-turn`). See `docs/engine.md`.
 
 pub mod admin;
-mod backends;
 mod company;
 mod engine;
 mod error;
@@ -37,11 +36,11 @@ mod sink;
 mod task;
 mod tools;
 
-pub use backends::Backends;
 pub use company::{
     SIBLING_COMPANY_FILE, active_company, company_of, import_company, local_author,
     sibling_company_file,
 };
+pub use crewlet_backends::{Backends, Process};
 pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummary};
 pub use error::EngineError;
 pub use hooks::{Hook, TASK_STATE_EVENTS};

@@ -36,10 +36,10 @@ use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
-use crate::backends::Backends;
 use crate::company::{active_company, import_company, local_author, sibling_company_file};
 use crate::engine::{Engine, EngineBuilder, EngineOptions};
 use crate::error::EngineError;
+use crewlet_backends::Backends;
 
 /// How often the store is asked whether another revision was activated.
 const REVISION_POLL: Duration = Duration::from_secs(5);
@@ -222,7 +222,7 @@ pub async fn run_until(
     for w in bootstrap.warnings() {
         warn!(path = %w.path, "bootstrap setting: {}", w.message);
     }
-    let backends = Backends::connect(&bootstrap).await?;
+    let backends = Backends::connect(&bootstrap, crewlet_backends::Process::Engine).await?;
     info!(
         queue = backends.queue.backend(),
         database = backends.stores.database.is_some(),

@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use crewlet_config::Bootstrap;
+use anyhow::Result;
 use crewlet_engine::admin;
 
 #[derive(Debug, clap::Args)]
@@ -42,20 +41,18 @@ pub enum BudgetsCommand {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let bootstrap = Bootstrap::load(args.config.as_deref())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
-        let stores = admin::open_stores(&bootstrap, "crewlet budgets").await?;
-        let text = match args.cmd {
-            BudgetsCommand::Show { json } => admin::budgets_show(&stores, json).await?,
-            BudgetsCommand::Reset { scopes, all } => {
-                admin::budgets_reset(&stores, &scopes, all).await?
-            }
-        };
-        print!("{text}");
-        Ok(ExitCode::SUCCESS)
-    })
+    super::with_stores(
+        args.config.as_deref(),
+        "crewlet budgets",
+        |_, stores| async move {
+            let text = match args.cmd {
+                BudgetsCommand::Show { json } => admin::budgets_show(&stores, json).await?,
+                BudgetsCommand::Reset { scopes, all } => {
+                    admin::budgets_reset(&stores, &scopes, all).await?
+                }
+            };
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        },
+    )
 }

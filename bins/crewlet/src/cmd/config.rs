@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use crewlet_config::Bootstrap;
 use crewlet_engine::admin::{self, DiffSide, ExportFormat};
 
 #[derive(Debug, clap::Args)]
@@ -82,71 +81,71 @@ pub enum Format {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let bootstrap = Bootstrap::load(args.config.as_deref())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
-        let stores = admin::open_stores(&bootstrap, "crewlet config").await?;
-        let (text, code) = match args.cmd {
-            ConfigCommand::Import {
-                file,
-                summary,
-                dry_run,
-            } => {
-                crewlet_engine::run::check_company_file(&bootstrap.security, &file)?;
-                let author = crewlet_engine::local_author();
-                let text =
-                    admin::config_import(&stores, &file, &author, summary.as_deref(), dry_run)
-                        .await?;
-                (text, ExitCode::SUCCESS)
-            }
-            ConfigCommand::Export {
-                revision,
-                format,
-                output,
-            } => {
-                let format = match format {
-                    Format::Yaml => ExportFormat::Yaml,
-                    Format::Json => ExportFormat::Json,
-                };
-                let text = admin::config_export(&stores, revision, format).await?;
-                if let Some(path) = output {
-                    std::fs::write(&path, &text)
-                        .with_context(|| format!("cannot write {}", path.display()))?;
-                    (format!("wrote {}\n", path.display()), ExitCode::SUCCESS)
-                } else {
+    super::with_stores(
+        args.config.as_deref(),
+        "crewlet config",
+        |bootstrap, stores| async move {
+            let (text, code) = match args.cmd {
+                ConfigCommand::Import {
+                    file,
+                    summary,
+                    dry_run,
+                } => {
+                    crewlet_engine::run::check_company_file(&bootstrap.security, &file)?;
+                    let author = crewlet_engine::local_author();
+                    let text =
+                        admin::config_import(&stores, &file, &author, summary.as_deref(), dry_run)
+                            .await?;
                     (text, ExitCode::SUCCESS)
                 }
-            }
-            ConfigCommand::Show { revision } => (
-                admin::config_show(&stores, revision).await?,
-                ExitCode::SUCCESS,
-            ),
-            ConfigCommand::Revisions { limit, json } => (
-                admin::config_revisions(&stores, limit, json).await?,
-                ExitCode::SUCCESS,
-            ),
-            ConfigCommand::Diff { file, from, to } => {
-                let old = from.map_or(DiffSide::Active, DiffSide::Revision);
-                let new = match (file, to) {
-                    (Some(f), _) => DiffSide::File(f),
-                    (None, Some(n)) => DiffSide::Revision(n),
-                    (None, None) => anyhow::bail!("give a company FILE or --to N to compare with"),
-                };
-                let (text, changed) = admin::config_diff(&stores, &old, &new).await?;
-                (
-                    text,
-                    if changed {
-                        ExitCode::from(1)
+                ConfigCommand::Export {
+                    revision,
+                    format,
+                    output,
+                } => {
+                    let format = match format {
+                        Format::Yaml => ExportFormat::Yaml,
+                        Format::Json => ExportFormat::Json,
+                    };
+                    let text = admin::config_export(&stores, revision, format).await?;
+                    if let Some(path) = output {
+                        std::fs::write(&path, &text)
+                            .with_context(|| format!("cannot write {}", path.display()))?;
+                        (format!("wrote {}\n", path.display()), ExitCode::SUCCESS)
                     } else {
-                        ExitCode::SUCCESS
-                    },
-                )
-            }
-        };
-        print!("{text}");
-        Ok(code)
-    })
+                        (text, ExitCode::SUCCESS)
+                    }
+                }
+                ConfigCommand::Show { revision } => (
+                    admin::config_show(&stores, revision).await?,
+                    ExitCode::SUCCESS,
+                ),
+                ConfigCommand::Revisions { limit, json } => (
+                    admin::config_revisions(&stores, limit, json).await?,
+                    ExitCode::SUCCESS,
+                ),
+                ConfigCommand::Diff { file, from, to } => {
+                    let old = from.map_or(DiffSide::Active, DiffSide::Revision);
+                    let new = match (file, to) {
+                        (Some(f), _) => DiffSide::File(f),
+                        (None, Some(n)) => DiffSide::Revision(n),
+                        (None, None) => {
+                            anyhow::bail!("give a company FILE or --to N to compare with")
+                        }
+                    };
+                    let (text, changed) = admin::config_diff(&stores, &old, &new).await?;
+                    (
+                        text,
+                        if changed {
+                            ExitCode::from(1)
+                        } else {
+                            ExitCode::SUCCESS
+                        },
+                    )
+                }
+            };
+            print!("{text}");
+            Ok(code)
+        },
+    )
 }

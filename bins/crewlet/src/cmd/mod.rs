@@ -9,9 +9,14 @@ mod run_api;
 mod schema;
 mod validate;
 
+use std::future::Future;
+use std::path::Path;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use crewlet_config::Bootstrap;
+use crewlet_store::Stores;
 
 /// Crewlet runs an AI agent company described in YAML.
 #[derive(Debug, Parser)]
@@ -54,5 +59,28 @@ pub fn run(cli: Cli) -> ExitCode {
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
         ExitCode::from(EXIT_UNREADABLE)
+    })
+}
+
+/// The preamble of the commands that work on the database (`config`,
+/// `budgets`): load the bootstrap, start a runtime, open (and migrate) the
+/// stores it names, then run `work` with both.
+fn with_stores<F, Fut>(
+    config: Option<&Path>,
+    command: &'static str,
+    work: F,
+) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(Bootstrap, Stores) -> Fut,
+    Fut: Future<Output = anyhow::Result<ExitCode>>,
+{
+    let bootstrap = Bootstrap::load(config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let stores = crewlet_engine::admin::open_stores(&bootstrap, command).await?;
+        work(bootstrap, stores).await
     })
 }
