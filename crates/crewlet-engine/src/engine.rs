@@ -38,6 +38,7 @@ use tracing::{info, warn};
 
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
+use crate::inbox::Inbox;
 use crate::llm::{build_registry, role_llm};
 use crate::maintenance::{MAINTENANCE_INTERVAL, Maintenance};
 use crate::router::{NotificationRouter, RouterHandler};
@@ -631,14 +632,11 @@ impl Engine {
                 key: handle.to_owned(),
             })?;
         let task_id = derived_task_id(&uuid::Uuid::now_v7().to_string());
-        let event =
-            TaskRequest::new(handle, source, content).to_event(seat, &task_id, EVENT_SOURCE, None);
-        let event = Arc::new(event);
-        self.shared
-            .queue
-            .publish_shared(&topics::agent_inbox(handle).topic, event.clone())
-            .await?;
-        publish_event(self.shared.queue.as_ref(), (*event).clone()).await;
+        let request = TaskRequest::new(handle, source, content);
+        Inbox::new(self.shared.queue.as_ref())
+            .post(seat, &task_id, &request, EVENT_SOURCE, None)
+            .await
+            .map_err(|e| e.source)?;
         Ok(task_id)
     }
 

@@ -25,6 +25,7 @@ mod company;
 mod engine;
 mod error;
 mod hooks;
+mod inbox;
 mod llm;
 pub mod maintenance;
 mod recent;

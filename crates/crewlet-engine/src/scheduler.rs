@@ -18,12 +18,13 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use crewlet_config::{Company, Organization, Schedule, ScheduleTarget, Seat, SeatKind, Unit};
 use crewlet_core::{Event, EventType, TraceContext};
-use crewlet_queue::{EventQueue, topics};
+use crewlet_queue::EventQueue;
 use crewlet_store::{Patience, ScheduledFire, ScheduledRuns, retry_transient};
 use croner::Cron;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use crate::inbox::Inbox;
 use crate::sink::publish_event;
 use crate::task::{TaskRequest, derived_task_id};
 
@@ -278,13 +279,13 @@ impl Scheduler {
             entry.name, entry.scope
         ));
         request.timeout_seconds = Some(entry.timeout_seconds);
-        let task = Arc::new(request.to_event(seat, task_id, EVENT_SOURCE, Some(trace)));
-        let inbox = topics::agent_inbox(&seat.handle).topic;
-        if let Err(e) = self.queue.publish_shared(&inbox, task.clone()).await {
-            warn!(schedule = %entry.name, agent = %seat.handle, error = %e, "cannot publish a scheduled task; this fire is lost");
+        let posted = Inbox::new(self.queue.as_ref())
+            .post(seat, task_id, &request, EVENT_SOURCE, Some(trace))
+            .await;
+        if let Err(e) = posted {
+            warn!(schedule = %entry.name, agent = %seat.handle, error = %e.source, "cannot publish a scheduled task; this fire is lost");
             return false;
         }
-        publish_event(self.queue.as_ref(), (*task).clone()).await;
         let fired = Event::new(EventType::ScheduleFired, EVENT_SOURCE)
             .with_summary(format!(
                 "schedule {} fired for {} at {label}",
