@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use crewlet_api::{AgentState, AgentView, EngineView, ToolView};
+use crewlet_api::{AgentView, EngineView, ToolView};
 use crewlet_backends::{ArchiveMembers, EventArchive};
 use crewlet_config::{Company, Organization, Seat, SeatKind};
 use crewlet_core::{Event, EventType, TraceContext};
@@ -43,7 +43,7 @@ use crate::llm::{build_registry, role_llm};
 use crate::maintenance::{MAINTENANCE_INTERVAL, Maintenance};
 use crate::router::{NotificationRouter, RouterHandler};
 use crate::scheduler::{FiredTask, Scheduler};
-use crate::seat::{InboxHandler, SeatRuntime, TurnRuntime};
+use crate::seat::{InboxHandler, SeatRuntime, SeatState, TurnRuntime};
 use crate::sink::{QueueEventSink, publish_event};
 use crate::task::{TaskRequest, derived_task_id};
 use crate::tools::ToolCatalog;
@@ -355,7 +355,7 @@ impl EngineBuilder {
                                 SubscribeOptions::default().with_prefetch(1),
                             )
                             .await?;
-                        seat.set_state(AgentState::Idle);
+                        seat.set_state(SeatState::Idle);
                         Ok((handle, sub))
                     }
                 })
@@ -580,7 +580,7 @@ impl Engine {
     }
 
     /// A seat's runtime state; `None` for human seats and unknown handles.
-    pub fn agent_state(&self, handle: &str) -> Option<AgentState> {
+    pub fn agent_state(&self, handle: &str) -> Option<SeatState> {
         self.seat(handle).map(|s| s.state())
     }
 
@@ -719,7 +719,7 @@ impl Engine {
             let Some(seat) = self.seat(handle) else {
                 continue;
             };
-            seat.set_state(AgentState::Terminated);
+            seat.set_state(SeatState::Terminated);
             let s = &seat.seat;
             let tokens = usage
                 .agents
@@ -784,7 +784,7 @@ impl EngineView for Engine {
             .map(|s| {
                 let mut v = AgentView::from_seat(s);
                 if let Some(rt) = self.seat(&s.handle) {
-                    v.state = Some(rt.state());
+                    v.state = Some(rt.state().into());
                     v.current_task = rt.current_task();
                 }
                 v
@@ -801,7 +801,7 @@ impl EngineView for Engine {
         })?;
         let mut v = AgentView::from_seat(seat);
         if let Some(rt) = self.seat(&seat.handle) {
-            v.state = Some(rt.state());
+            v.state = Some(rt.state().into());
             v.current_task = rt.current_task();
         }
         Some(v)

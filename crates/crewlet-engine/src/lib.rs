@@ -50,6 +50,7 @@ pub use maintenance::{MAINTENANCE_INTERVAL, Maintenance, MaintenanceReport};
 pub use router::{NotificationRouter, ROUTER_CLAIM_SOURCE, RouteRule, Routing};
 pub use run::{RunOptions, init_telemetry};
 pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};
+pub use seat::SeatState;
 pub use task::{TaskRequest, derived_task_id};
 pub use tools::{TOOL_NAME_SEPARATOR, tool_name};
 

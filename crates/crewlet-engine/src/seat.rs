@@ -27,6 +27,32 @@ use crate::task::TaskRequest;
 /// Inbox event ids a seat remembers having handled.
 const REMEMBERED_TASKS: usize = 4096;
 
+/// Where a seat's runtime is in its life: Created -> Idle -> Working ->
+/// Idle, until Terminated (final: nothing moves a terminated seat). The
+/// engine owns this state; the API shows it as `AgentState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SeatState {
+    /// Built, its inbox not consumed yet.
+    Created,
+    /// Waiting for work.
+    Idle,
+    /// Running a turn.
+    Working,
+    /// Stopped with the engine or removed from the company.
+    Terminated,
+}
+
+impl From<SeatState> for AgentState {
+    fn from(state: SeatState) -> Self {
+        match state {
+            SeatState::Created => AgentState::Created,
+            SeatState::Idle => AgentState::Idle,
+            SeatState::Working => AgentState::Working,
+            SeatState::Terminated => AgentState::Terminated,
+        }
+    }
+}
+
 /// Live state of one seat.
 pub(crate) struct SeatRuntime {
     pub seat: Seat,
@@ -36,7 +62,7 @@ pub(crate) struct SeatRuntime {
 }
 
 struct Status {
-    state: AgentState,
+    state: SeatState,
     current: Option<CurrentTask>,
 }
 
@@ -46,7 +72,7 @@ impl SeatRuntime {
             seat,
             profile,
             status: Mutex::new(Status {
-                state: AgentState::Created,
+                state: SeatState::Created,
                 current: None,
             }),
             handled: RecentIds::new(REMEMBERED_TASKS),
@@ -57,7 +83,7 @@ impl SeatRuntime {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn state(&self) -> AgentState {
+    pub fn state(&self) -> SeatState {
         self.lock().state
     }
 
@@ -65,20 +91,20 @@ impl SeatRuntime {
         self.lock().current.clone()
     }
 
-    pub fn set_state(&self, state: AgentState) {
+    pub fn set_state(&self, state: SeatState) {
         let mut s = self.lock();
-        if s.state == AgentState::Terminated {
+        if s.state == SeatState::Terminated {
             return;
         }
         s.state = state;
-        if state != AgentState::Working {
+        if state != SeatState::Working {
             s.current = None;
         }
     }
 
     fn start_work(&self, task: CurrentTask) {
         let mut s = self.lock();
-        s.state = AgentState::Working;
+        s.state = SeatState::Working;
         s.current = Some(task);
     }
 
@@ -159,7 +185,7 @@ struct RunningTurn<'a> {
 
 impl Drop for RunningTurn<'_> {
     fn drop(&mut self) {
-        self.seat.set_state(AgentState::Idle);
+        self.seat.set_state(SeatState::Idle);
         self.runtime.running.fetch_sub(1, Ordering::AcqRel);
         self.runtime.turn_ended.notify_waiters();
     }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use crewlet_api::{AgentState, EngineView};
+use crewlet_api::EngineView;
 use crewlet_config::Company;
 use crewlet_core::EventType;
-use crewlet_engine::{Backends, EngineBuilder, EngineOptions};
+use crewlet_engine::{Backends, EngineBuilder, EngineOptions, SeatState};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -174,7 +174,7 @@ async fn without_a_model_key_turns_fail_with_llm_unavailable_and_the_engine_stay
         unavailable[0].payload
     );
     wait_for("eng back to idle", WAIT, || async {
-        (engine.agent_state("eng") == Some(AgentState::Idle)).then_some(())
+        (engine.agent_state("eng") == Some(SeatState::Idle)).then_some(())
     })
     .await;
     assert!(engine.is_ready());

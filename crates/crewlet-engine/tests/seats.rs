@@ -9,10 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use crewlet_api::AgentState;
 use crewlet_config::Company;
 use crewlet_core::EventType;
-use crewlet_engine::{Backends, Engine, EngineBuilder, EngineOptions};
+use crewlet_engine::{Backends, Engine, EngineBuilder, EngineOptions, SeatState};
 use crewlet_queue::{MemoryBroker, topics};
 use crewlet_store::Stores;
 use crewlet_test_support::fake_llm::FakeLlmServer;
@@ -68,7 +67,7 @@ async fn tasks_waiting_in_the_inbox_survive_a_restart_and_run_exactly_once() {
     let summary = first.shutdown().await;
     assert_eq!(summary.abandoned_turns, 0);
     a.queue.shutdown().await;
-    assert_eq!(first.agent_state("eng"), Some(AgentState::Terminated));
+    assert_eq!(first.agent_state("eng"), Some(SeatState::Terminated));
     let inbox = topics::agent_inbox("eng");
     let waiting = broker.backlog(&inbox.topic, &inbox.group).unwrap_or(0);
     let done_before = events_of(&stores, EventType::TaskCompleted).await.len();
@@ -199,7 +198,7 @@ async fn one_turn_per_seat_and_a_global_cap() {
     // `task_completed` is published inside the turn, just before the seat
     // marks itself idle: wait for that, do not sample it.
     wait_for("seat a to be idle", WAIT, || async {
-        (engine.agent_state("a") == Some(AgentState::Idle)).then_some(())
+        (engine.agent_state("a") == Some(SeatState::Idle)).then_some(())
     })
     .await;
     let summary = engine.usage_summary();
