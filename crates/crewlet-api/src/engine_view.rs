@@ -10,7 +10,7 @@ use crewlet_config::{Organization, Seat, SeatKind};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Where a seat's runtime is (SPEC §6: Created -> Idle -> Working -> Idle | Terminated).
+/// Where a seat's runtime is (`docs/engine.md`, "Seat runtime": Created -> Idle -> Working -> Idle | Terminated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentState {

@@ -1,4 +1,4 @@
-//! Crewlet's HTTP API (SPEC §9): probes, the org and its agents, the event
+//! Crewlet's HTTP API (`docs/api.md`): probes, the org and its agents, the event
 //! store (events, traces, token breakdown), budgets, the company
 //! configuration (read, replace, revisions, revert) and the webhook
 //! receivers, which verify each source's signature, dedupe deliveries and

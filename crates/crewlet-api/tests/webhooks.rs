@@ -1,5 +1,5 @@
 //! Webhooks over real HTTP: each source accepted with a valid signature,
-//! refused with a bad one, and the SPEC §9 status codes.
+//! refused with a bad one, and the status codes of `docs/api.md` ("Webhooks").
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Crewlet's event routing (SPEC §2): the [`EventQueue`] contract, the topic
+//! Crewlet's event routing (`docs/queue.md`): the [`EventQueue`] contract, the topic
 //! names ([`topics`]), the in-process [`MemoryBroker`] (tests and the embedded
 //! default) and, with the `pulsar` feature (on by default), [`PulsarQueue`].
 //!

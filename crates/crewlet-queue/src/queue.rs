@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::node::Signal;
 use crate::{HandlerError, QueueError};
 
-/// Delivery knobs shared by every backend. Defaults follow SPEC §2; tests
+/// Delivery knobs shared by every backend. Defaults follow `docs/queue.md` ("Semantics"); tests
 /// shorten the delays.
 #[derive(Clone, Debug)]
 pub struct DeliveryOptions {
@@ -135,7 +135,7 @@ pub struct ShutdownReport {
     pub abandoned: usize,
 }
 
-/// The event routing contract (SPEC §2). One value is one node: a process's
+/// The event routing contract (`docs/queue.md`, "Semantics"). One value is one node: a process's
 /// connection to the broker, with its own publish listeners, paused groups and
 /// shutdown. Several nodes on one broker compete for the same groups.
 #[async_trait]

@@ -1,4 +1,4 @@
-//! The conformance suite: the SPEC §2 semantics every [`EventQueue`] backend
+//! The conformance suite: the semantics of `docs/queue.md` ("Semantics") every [`EventQueue`] backend
 //! must keep. Run it with [`conformance_tests!`](crate::conformance_tests),
 //! which makes one `#[tokio::test]` per case:
 //!

@@ -1,7 +1,7 @@
 //! `/webhooks/{source}`: verify, dedupe, publish. Never behind bearer auth:
 //! each source proves itself with its own signature or token.
 //!
-//! Status codes (SPEC §9): no company yet -> 503 + `Retry-After: 15`;
+//! Status codes (`docs/api.md`, "Webhooks"): no company yet -> 503 + `Retry-After: 15`;
 //! missing secret -> 503 + `Retry-After: 300`; bad signature -> 401; bad
 //! JSON -> 400; body over the cap -> 413; accepted -> 202 (Slack: 200);
 //! a repeated delivery -> 200/202 with `{"duplicate": true}`, nothing published.

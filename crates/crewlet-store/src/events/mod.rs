@@ -1,4 +1,4 @@
-//! The event store (SPEC §4): every stored engine event, queryable by the
+//! The event store (`docs/store.md`, "Event store"): every stored engine event, queryable by the
 //! API (`/events`, `/events/{id}`, `/events/trace/{id}`, `/tokens/breakdown`).
 //!
 //! Backends: [`PostgresEventStore`] (durable), [`MemoryEventStore`] (last
