@@ -1,0 +1,453 @@
+//! [`EngineBuilder`]: what an engine is built from, and the boot sequence
+//! of [`EngineBuilder::start`] as named steps (see the module docs of
+//! [`crate::engine`] for the order and why).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use crewlet_backends::{Backends, EventArchive};
+use crewlet_config::{Company, Organization};
+use crewlet_core::{Event, EventType, TraceContext};
+use crewlet_integrations::McpHub;
+use crewlet_llm::LlmRegistry;
+use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
+use crewlet_store::Stores;
+use crewlet_turn::{CompanyProfile, TurnEngine, TurnSettings, Visibility};
+use futures::StreamExt;
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::profile::seat_profile;
+use super::{EVENT_SOURCE, Engine, EngineOptions, Shared, lock};
+use crate::error::EngineError;
+use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
+use crate::llm::build_registry;
+use crate::maintenance::Maintenance;
+use crate::router::{NotificationRouter, RouterHandler};
+use crate::scheduler::Scheduler;
+use crate::seat::{InboxHandler, SeatRuntime, SeatState, TurnRuntime};
+use crate::sink::QueueEventSink;
+use crate::tools::ToolCatalog;
+use crate::tools::builtin::LookupColleague;
+
+/// Seats subscribing to their inboxes at once during boot.
+const SUBSCRIBE_CONCURRENCY: usize = 32;
+
+/// Builds and starts an [`Engine`].
+pub struct EngineBuilder {
+    company: Company,
+    revision_id: Option<i64>,
+    queue: Arc<dyn EventQueue>,
+    stores: Stores,
+    archive: Option<Arc<EventArchive>>,
+    options: EngineOptions,
+    llm: Option<LlmRegistry>,
+}
+
+/// The company's tools: the builtins, and the MCP servers started for it.
+struct Tools {
+    catalog: Arc<ToolCatalog>,
+    hub: Option<McpHub>,
+    /// `mcp_server_failed` events of the servers that did not start.
+    failures: Vec<Event>,
+}
+
+/// One runtime per agent seat, and their handles in org order.
+struct SeatRuntimes {
+    seats: Arc<HashMap<String, Arc<SeatRuntime>>>,
+    order: Vec<String>,
+}
+
+impl EngineBuilder {
+    /// An engine for `company` on `backends` (whose queue node already has
+    /// the event archive installed; the engine runs members of its group).
+    pub fn new(company: Company, backends: &Backends) -> Self {
+        Self {
+            company,
+            revision_id: None,
+            queue: backends.queue.clone(),
+            stores: backends.stores.clone(),
+            archive: Some(backends.archive.clone()),
+            options: EngineOptions::default(),
+            llm: None,
+        }
+    }
+
+    /// The stored revision `company` comes from.
+    pub fn revision(mut self, revision_id: Option<i64>) -> Self {
+        self.revision_id = revision_id;
+        self
+    }
+
+    pub fn options(mut self, options: EngineOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Uses these providers instead of building `providers.llm`.
+    pub fn llm(mut self, registry: LlmRegistry) -> Self {
+        self.llm = Some(registry);
+        self
+    }
+
+    /// A callback for every task state change (see [`Engine::on_task_state_change`]);
+    /// registered now, so it sees the first task.
+    pub fn on_task_state_change(&self, callback: impl Fn(&Event) + Send + Sync + 'static) -> Hook {
+        hooks::register(self.queue.as_ref(), &TASK_STATE_EVENTS, Arc::new(callback))
+    }
+
+    /// A callback for every `agent_spawned` (see [`Engine::on_agent_spawn`]);
+    /// registered now, so it sees the seats spawned at boot.
+    pub fn on_agent_spawn(&self, callback: impl Fn(&Event) + Send + Sync + 'static) -> Hook {
+        hooks::register(
+            self.queue.as_ref(),
+            &[EventType::AgentSpawned],
+            Arc::new(callback),
+        )
+    }
+
+    /// Boots the company (see the module docs) and returns the running
+    /// engine. A step that fails shuts down what the earlier ones started.
+    pub async fn start(self) -> Result<Engine, EngineError> {
+        let started = Instant::now();
+        let (engine, mcp_failures) = self.assemble().await;
+        let boot = TraceContext::new_root();
+        engine.announce_start(boot, mcp_failures).await;
+        if let Err(e) = engine.connect(boot).await {
+            engine.shutdown().await;
+            return Err(e);
+        }
+        engine.start_background();
+        engine.mark_ready(started);
+        Ok(engine)
+    }
+
+    /// Everything up to the first publish: warnings, secrets redaction,
+    /// providers, tools, seat runtimes and the turn engine.
+    async fn assemble(self) -> (Engine, Vec<Event>) {
+        let company = Arc::new(self.company);
+        let org = Arc::new(company.organization());
+        // Keys that do nothing yet and references that resolve to nothing:
+        // the file is valid, but the operator should know.
+        for w in company.warnings() {
+            warn!(path = %w.path, "company setting: {}", w.message);
+        }
+        let options = self.options;
+        // Every credential of the company (model keys, webhook secrets, bot
+        // and account tokens) is redacted from logs and spans from now on,
+        // whether or not anything means to log it.
+        crewlet_telemetry::register_secrets(crewlet_telemetry::secrets_in_company(
+            &company,
+            |name| (options.env)(name),
+        ));
+        let llm = match self.llm {
+            Some(r) => r,
+            None => build_registry(&company, options.env.as_ref()).0,
+        };
+        let tools = start_tools(&company, &org, &options).await;
+        let SeatRuntimes { seats, order } = seat_runtimes(&company, &org);
+        let sink = Arc::new(QueueEventSink::new(
+            self.queue.clone(),
+            seats.clone(),
+            self.archive.as_ref().map(|a| a.writer().clone()),
+        ));
+        let turns = TurnEngine::new(
+            company_profile(&company),
+            llm,
+            self.stores.ledger.clone(),
+            sink,
+        )
+        .with_tools(tools.catalog.registry.clone())
+        .with_settings(turn_settings(&company, &options));
+        let max_turns =
+            usize::try_from(company.turn_engine.max_concurrent_turns).unwrap_or(usize::MAX);
+        let runtime = Arc::new(TurnRuntime::new(
+            Arc::new(turns),
+            self.stores.clone(),
+            max_turns,
+        ));
+        let shared = Arc::new(Shared {
+            company,
+            org,
+            revision_id: self.revision_id,
+            queue: self.queue,
+            stores: self.stores,
+            archive: self.archive,
+            archive_members: tokio::sync::Mutex::new(None),
+            seats,
+            order,
+            runtime,
+            catalog: tools.catalog,
+            router: Mutex::new(None),
+            scheduler: Mutex::new(None),
+            subscriptions: Mutex::new(Vec::new()),
+            tasks: Mutex::new(Vec::new()),
+            mcp: tokio::sync::Mutex::new(tools.hub),
+            ready: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            started_at: Utc::now(),
+            options,
+        });
+        (Engine { shared }, tools.failures)
+    }
+}
+
+/// The builtin tools, and the company's MCP servers when the options say so.
+async fn start_tools(company: &Company, org: &Arc<Organization>, options: &EngineOptions) -> Tools {
+    let catalog = Arc::new(ToolCatalog::new());
+    catalog.add_builtin(Arc::new(LookupColleague::new(org.clone())), Visibility::All);
+    if !options.start_mcp || company.mcp_servers.is_empty() {
+        return Tools {
+            catalog,
+            hub: None,
+            failures: Vec::new(),
+        };
+    }
+    let started =
+        crate::tools::mcp::start(company, org, &catalog.registry, options.env.as_ref()).await;
+    for (tool, server) in &started.tools {
+        catalog.set_provider(tool, server);
+    }
+    Tools {
+        catalog,
+        hub: Some(started.hub),
+        failures: started.failures,
+    }
+}
+
+fn seat_runtimes(company: &Company, org: &Organization) -> SeatRuntimes {
+    let mut seats = HashMap::new();
+    let mut order = Vec::new();
+    for seat in org.agents() {
+        let profile = seat_profile(company, org, seat);
+        seats.insert(
+            seat.handle.clone(),
+            Arc::new(SeatRuntime::new(seat.clone(), profile)),
+        );
+        order.push(seat.handle.clone());
+    }
+    SeatRuntimes {
+        seats: Arc::new(seats),
+        order,
+    }
+}
+
+/// The company's `turn_engine` section as the turn engine's knobs.
+fn turn_settings(company: &Company, options: &EngineOptions) -> TurnSettings {
+    let te = &company.turn_engine;
+    TurnSettings {
+        max_iterations: te.max_iterations,
+        plan_round_cap: te.plan_max_tool_rounds,
+        execute_round_cap: te.max_tool_rounds,
+        rescue_rounds: te.plan_rescue_rounds,
+        max_delegation_depth: te.delegation_depth_limit,
+        turn_timeout: Duration::from_secs(te.turn_timeout_seconds.max(1)),
+        stream: options.stream_progress,
+        source: "engine.turn".into(),
+        ..TurnSettings::default()
+    }
+}
+
+fn company_profile(company: &Company) -> CompanyProfile {
+    CompanyProfile {
+        name: company.name.clone(),
+        mission: company.mission.clone().unwrap_or_default(),
+        vision: company.vision.clone().unwrap_or_default(),
+        policies: company.policies.clone(),
+        token_budget: company.token_budget,
+    }
+}
+
+impl Engine {
+    /// `org_started`, then the MCP servers that failed to start.
+    async fn announce_start(&self, boot: TraceContext, mcp_failures: Vec<Event>) {
+        let (company, org) = (&self.shared.company, &self.shared.org);
+        let agents = self.shared.seats.len();
+        self.publish(
+            Event::new(EventType::OrgStarted, EVENT_SOURCE)
+                .with_summary(format!(
+                    "{} started with {agents} agent seats",
+                    company.name
+                ))
+                .with_trace(boot)
+                .with_payload(json!({
+                    "company": company.name,
+                    "revision_id": self.shared.revision_id,
+                    "agent_seats": agents,
+                    "human_seats": org.seats().len() - agents,
+                    "node": self.shared.options.node_name,
+                })),
+        )
+        .await;
+        for failure in mcp_failures {
+            self.publish(failure.with_trace(boot.child())).await;
+        }
+    }
+
+    /// Joins the queue: the `event-store` group, every seat's inbox (then
+    /// `agent_spawned` per seat), and the notification router.
+    async fn connect(&self, boot: TraceContext) -> Result<(), EngineError> {
+        self.join_archive().await?;
+        self.subscribe_inboxes().await?;
+        self.announce_seats(boot).await;
+        self.start_router().await
+    }
+
+    /// Events the inline writes could not store, and the raw webhooks.
+    async fn join_archive(&self) -> Result<(), EngineError> {
+        if let Some(archive) = &self.shared.archive {
+            let members = archive.subscribe().await?;
+            *self.shared.archive_members.lock().await = Some(members);
+        }
+        Ok(())
+    }
+
+    /// One inbox member per seat; each seat is idle once subscribed.
+    async fn subscribe_inboxes(&self) -> Result<(), EngineError> {
+        let subscribed: Vec<Result<(String, Subscription), EngineError>> =
+            futures::stream::iter(self.shared.order.clone())
+                .map(|handle| self.subscribe_inbox(handle))
+                .buffer_unordered(SUBSCRIBE_CONCURRENCY)
+                .collect()
+                .await;
+        let mut failed = None;
+        for r in subscribed {
+            match r {
+                Ok((handle, sub)) => lock(&self.shared.subscriptions).push((handle, sub)),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    async fn subscribe_inbox(&self, handle: String) -> Result<(String, Subscription), EngineError> {
+        let seat = self.seat(&handle).ok_or_else(|| EngineError::NotFound {
+            what: "seat",
+            key: handle.clone(),
+        })?;
+        let route = topics::agent_inbox(&handle);
+        let handler = Arc::new(InboxHandler {
+            seat: seat.clone(),
+            runtime: self.shared.runtime.clone(),
+        });
+        // Prefetch 1: a seat runs one turn at a time, so it must not hoard
+        // inbox mail another engine could start.
+        let sub = self
+            .shared
+            .queue
+            .subscribe_with(
+                &route.topic,
+                &route.group,
+                handler,
+                SubscribeOptions::default().with_prefetch(1),
+            )
+            .await?;
+        seat.set_state(SeatState::Idle);
+        Ok((handle, sub))
+    }
+
+    /// `agent_spawned` per seat, in org order.
+    async fn announce_seats(&self, boot: TraceContext) {
+        for handle in &self.shared.order {
+            let Some(seat) = self.seat(handle) else {
+                continue;
+            };
+            let s = &seat.seat;
+            self.publish(
+                Event::new(EventType::AgentSpawned, EVENT_SOURCE)
+                    .with_summary(format!("{} ({}) spawned", s.handle, s.name))
+                    .with_agent(s.agent_id, s.name.as_str())
+                    .with_trace(boot.child())
+                    .with_agent_handle(s.handle.as_str())
+                    .with_payload(json!({
+                        "handle": s.handle,
+                        "name": s.name,
+                        "unit": s.unit_path,
+                        "manager": s.manager,
+                        "inbox": topics::agent_inbox(&s.handle).topic,
+                        "tools": self.shared.catalog.registry.tools_for(&s.handle).len(),
+                    })),
+            )
+            .await;
+        }
+    }
+
+    /// The notification router on `crewlet.notifications.inbound`, when the
+    /// options run one.
+    async fn start_router(&self) -> Result<(), EngineError> {
+        if !self.shared.options.run_router {
+            return Ok(());
+        }
+        let stores = &self.shared.stores;
+        let router = Arc::new(NotificationRouter::new(
+            &self.shared.company,
+            self.shared.org.clone(),
+            self.shared.queue.clone(),
+            stores.follows.clone(),
+            stores.webhooks.clone(),
+        ));
+        let sub = self
+            .shared
+            .queue
+            .subscribe(
+                topics::NOTIFICATIONS_INBOUND,
+                topics::NOTIFICATIONS_INBOUND_GROUP,
+                Arc::new(RouterHandler(router.clone())),
+            )
+            .await?;
+        lock(&self.shared.subscriptions).push(("router".into(), sub));
+        *lock(&self.shared.router) = Some(router);
+        Ok(())
+    }
+
+    /// The scheduler's tick loop and the store upkeep, as the company and
+    /// the options ask.
+    fn start_background(&self) {
+        let (company, options) = (&self.shared.company, &self.shared.options);
+        let (scheduler, problems) = Scheduler::new(
+            company,
+            self.shared.org.clone(),
+            self.shared.queue.clone(),
+            self.shared.stores.schedules.clone(),
+            options.node_name.clone(),
+        );
+        for p in &problems {
+            warn!(problem = %p, "schedule left out");
+        }
+        let scheduler = Arc::new(scheduler);
+        if options.run_scheduler && company.scheduling.enabled && !scheduler.entries().is_empty() {
+            let tick = Duration::from_secs(u64::from(company.scheduling.tick_seconds.max(1)));
+            lock(&self.shared.tasks).push(scheduler.clone().spawn(tick));
+        }
+        *lock(&self.shared.scheduler) = Some(scheduler);
+        if let Some(every) = options.maintenance_interval {
+            let upkeep = Maintenance::new(self.shared.stores.clone())
+                .gc_webhooks(options.gc_webhook_deliveries);
+            lock(&self.shared.tasks).push(upkeep.spawn(every));
+        }
+    }
+
+    /// Ready for `/ready`, and the boot line.
+    fn mark_ready(&self, started: Instant) {
+        self.shared.ready.store(true, Ordering::Release);
+        let (company, org) = (&self.shared.company, &self.shared.org);
+        let agents = self.shared.seats.len();
+        let schedules = lock(&self.shared.scheduler)
+            .as_ref()
+            .map_or(0, |s| s.entries().len());
+        info!(
+            company = %company.name,
+            revision_id = self.shared.revision_id.map_or_else(|| "-".to_owned(), |r| r.to_string()),
+            agent_seats = agents,
+            human_seats = org.seats().len() - agents,
+            tools = self.shared.catalog.registry.len(),
+            schedules,
+            boot_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            event = "org_started",
+            "engine running"
+        );
+    }
+}

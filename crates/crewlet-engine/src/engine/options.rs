@@ -1,0 +1,78 @@
+//! [`EngineOptions`]: how an engine behaves beyond what the company says.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::maintenance::MAINTENANCE_INTERVAL;
+
+/// Looks up an environment variable.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// How an engine behaves beyond what the company says.
+#[derive(Clone)]
+pub struct EngineOptions {
+    /// How long shutdown waits for running turns.
+    pub drain_timeout: Duration,
+    /// Name of this process in schedule claims.
+    pub node_name: String,
+    /// Start the company's MCP servers.
+    pub start_mcp: bool,
+    /// Consume `crewlet.notifications.inbound`.
+    pub run_router: bool,
+    /// Fire schedules (also needs `scheduling.enabled` in the company).
+    pub run_scheduler: bool,
+    /// Stream completions so turns publish live `agent_turn_progress`.
+    pub stream_progress: bool,
+    /// Where `${VAR}` references of providers and MCP servers are looked up.
+    /// Default: the process environment, only the names the default Tier A
+    /// `security.company_env` allows (`crewlet run` uses the bootstrap's).
+    pub env: EnvLookup,
+    /// Store upkeep (partitions ahead, webhook claim GC) at boot and then
+    /// this often; `None` turns it off. Default 24 h ([`MAINTENANCE_INTERVAL`]).
+    pub maintenance_interval: Option<Duration>,
+    /// Whether that upkeep deletes old webhook delivery claims. Turn it off
+    /// when an API in the same process already does (`crewlet run` does so
+    /// when it serves the embedded API).
+    pub gc_webhook_deliveries: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
+            node_name: default_node_name(),
+            start_mcp: true,
+            run_router: true,
+            run_scheduler: true,
+            stream_progress: true,
+            env: crewlet_config::Security::default().company_process_env(),
+            maintenance_interval: Some(MAINTENANCE_INTERVAL),
+            gc_webhook_deliveries: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for EngineOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineOptions")
+            .field("drain_timeout", &self.drain_timeout)
+            .field("node_name", &self.node_name)
+            .field("start_mcp", &self.start_mcp)
+            .field("run_router", &self.run_router)
+            .field("run_scheduler", &self.run_scheduler)
+            .field("stream_progress", &self.stream_progress)
+            .field("maintenance_interval", &self.maintenance_interval)
+            .field("gc_webhook_deliveries", &self.gc_webhook_deliveries)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_node_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "engine".into());
+    format!("{host}-{}", std::process::id())
+}
