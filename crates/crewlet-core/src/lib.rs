@@ -8,10 +8,12 @@ mod agent_id;
 mod event;
 mod event_type;
 pub mod payload;
+mod phase;
 mod trace;
 
 pub use agent_id::{AGENT_ID_NAMESPACE, AgentId};
 pub use event::{Event, TAG_AGENT_HANDLE};
 pub use event_type::{Category, EventType};
 pub use payload::{EventPayload, PayloadError};
+pub use phase::Phase;
 pub use trace::{SpanId, TraceContext, TraceId, TraceParseError};

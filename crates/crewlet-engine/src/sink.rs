@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewlet_core::{Event, EventType};
+use crewlet_core::payload::AgentPhaseStarted;
+use crewlet_core::{Event, EventPayload};
 use crewlet_queue::{EventQueue, topics};
 use crewlet_store::EventStoreWriter;
 use crewlet_turn::EventSink;
@@ -39,11 +40,10 @@ impl QueueEventSink {
 #[async_trait]
 impl EventSink for QueueEventSink {
     async fn emit(&self, event: Event) {
-        if event.event_type == EventType::AgentPhaseStarted
+        if let Some(started) = AgentPhaseStarted::read(&event)
             && let Some(seat) = event.agent_handle().and_then(|h| self.seats.get(h))
-            && let Some(phase) = event.payload.get("phase").and_then(|p| p.as_str())
         {
-            seat.set_phase(phase);
+            seat.set_phase(&started.phase);
         }
         let event = Arc::new(event);
         let Err(e) = try_publish_event(self.queue.as_ref(), event.clone()).await else {

@@ -11,39 +11,9 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+pub use crewlet_core::Phase;
+
 use crate::{LlmError, LlmProvider, ProviderConfig, build_provider, http_client};
-
-/// A phase of a turn, plus the auxiliary calls of learning workers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Phase {
-    Plan,
-    Execute,
-    Review,
-    Auxiliary,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 4] = [Phase::Plan, Phase::Execute, Phase::Review, Phase::Auxiliary];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Phase::Plan => "plan",
-            Phase::Execute => "execute",
-            Phase::Review => "review",
-            Phase::Auxiliary => "auxiliary",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|p| p.as_str() == s)
-    }
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A role's model choice: one chain for every phase and/or one per phase.
 /// Each chain names `providers.llm` entries, first choice first.
@@ -242,13 +212,5 @@ mod tests {
     fn an_empty_phase_chain_falls_through() {
         let role = RoleLlm::chain(["x"]).with_phase(Phase::Plan, Vec::<String>::new());
         assert_eq!(role.resolve(Phase::Plan, &entries(&["x"])), ["x"]);
-    }
-
-    #[test]
-    fn phases_have_wire_names() {
-        for p in Phase::ALL {
-            assert_eq!(Phase::parse(p.as_str()), Some(p));
-        }
-        assert_eq!(Phase::parse("dream"), None);
     }
 }

@@ -7,7 +7,8 @@
 //! completion is charged to the org and agent budgets through
 //! [`crewlet_store::TokenLedger`]; guards (`max_iter`, `stall`, `depth_cap`,
 //! `timeout`, `unhandled`) end a turn as failed; every step is an event sent
-//! to an [`EventSink`].
+//! to an [`EventSink`], its payload one of the typed contracts of
+//! `crewlet_core::payload::turn`.
 //!
 //! Owns: [`TurnEngine`], [`run_tool_loop`], the [`Tool`] trait and
 //! [`ToolRegistry`], tool-result cleaning ([`sanitize`]), the prompts
@@ -17,7 +18,39 @@
 //! Does not own: the queue (the engine adapts [`EventSink`] to it), the
 //! per-seat one-turn-at-a-time rule and the global concurrency cap (the seat
 //! runtime in `crewlet-engine`), talking to models (`crewlet-llm`), storing
-//! budgets (`crewlet-store`).
+//! budgets (`crewlet-store`), the event payload types (`crewlet-core`).
+//!
+//! # Layout
+//!
+//! - `engine/`: the turn.
+//!   - `mod.rs`: [`TurnEngine`], [`TurnSettings`], a turn's start (`turn`
+//!     span, `task_started`, the depth and time guards) and end (the
+//!     [`TurnOutcome`] and the closing events).
+//!   - `sequence.rs`: Plan -> Execute -> Review, self-iteration and the
+//!     `stall` / `max_iter` guards.
+//!   - `phases.rs`: each phase as its own unit returning its own typed
+//!     result (Plan a [`Plan`], Execute the execution record, Review a
+//!     [`Review`]): its tool-loop request and, for Plan and Review, the
+//!     rescue rounds that ask for the decision tool.
+//!   - `fallback.rs`: one phase over the seat's provider chain (restart on
+//!     the next provider, `llm_unavailable` when none is left) and how an
+//!     error that ends a phase fails the turn.
+//!   - `report.rs`: building and emitting the typed events.
+//!   - `ctx.rs`: `TurnCtx` (what a turn shares across its phases) and
+//!     `PhaseCtx` (the turn, the phase span, the phase and the iteration).
+//!   - `outcome.rs`: [`TurnOutcome`], [`PhaseRecord`], [`TurnFailure`],
+//!     [`FailureReason`], [`GuardKind`], [`TurnDecision`].
+//! - `tool_loop/`: the loop every phase runs ([`run_tool_loop`]).
+//!   - `mod.rs`: the loop and its types; a [`Terminator`] parses its
+//!     tool's arguments once and the loop hands the decision back in
+//!     [`LoopOutcome::decision`].
+//!   - `complete.rs`: one completion in an `llm` span (streamed when
+//!     progress is reported).
+//!   - `calls.rs`: which tools a round offers, checking and running one
+//!     round's tool calls (`tool` spans, panics caught, results cleaned).
+//! - `decisions.rs` (`submit_plan` / `submit_review`), `prompts.rs`,
+//!   `budget.rs`, `usage.rs`, `tool.rs`, `registry.rs`, `sanitize.rs`,
+//!   `seat.rs`, `events.rs` (sinks), `error.rs`.
 
 mod budget;
 mod decisions;

@@ -5,6 +5,10 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// A turn phase, for choosing a model per phase (the one definition, in
+/// `crewlet-core`).
+pub use crewlet_core::Phase;
+
 /// One named chat model endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -207,35 +211,6 @@ pub enum EmbeddingsKind {
     Openai,
     /// Any server with an OpenAI-compatible embeddings API at `base_url`.
     OpenaiCompatible,
-}
-
-/// A turn phase, for choosing a model per phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    Plan,
-    Execute,
-    Review,
-    /// Cheap side work: filtering diary entries, post-turn reflection.
-    Auxiliary,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 4] = [Phase::Plan, Phase::Execute, Phase::Review, Phase::Auxiliary];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Plan => "plan",
-            Phase::Execute => "execute",
-            Phase::Review => "review",
-            Phase::Auxiliary => "auxiliary",
-        }
-    }
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// One provider name, or a fallback chain tried in order.

@@ -10,6 +10,15 @@
 //! round-trip tests against stored samples, so changing a field name is a
 //! visible, reviewed change of the wire format.
 
+pub mod lenient;
+pub mod turn;
+
+pub use turn::{
+    AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
+    LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted, ToolExecution,
+    TriggerSummary, TurnGuardBreach,
+};
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

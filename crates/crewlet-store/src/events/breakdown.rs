@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use crewlet_core::{Event, EventType};
+use crewlet_core::payload::AgentPhaseCompleted;
+use crewlet_core::{Event, EventPayload, EventType};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// Longest window of a breakdown, in days.
 pub const MAX_BREAKDOWN_DAYS: u32 = 30;
@@ -174,42 +174,10 @@ pub struct PhaseTokens {
 }
 
 /// Largest `calls` of one phase event kept (the column is an `integer`).
-pub const MAX_PHASE_CALLS: u64 = i32::MAX as u64;
+pub const MAX_PHASE_CALLS: u64 = crewlet_core::payload::lenient::MAX_PHASE_CALLS;
 
-fn text(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// Token counts are non-negative integers; anything else counts as 0, and
-/// counts are capped so they always fit a BIGINT.
-fn count(v: Option<&Value>) -> u64 {
-    let n = match v {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
-            .unwrap_or(0),
-        Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
-        _ => 0,
-    };
-    n.min(i64::MAX as u64)
-}
-
-/// A completion count: a non-negative integer (a number, or a string of
-/// digits; fractions are cut), capped at [`MAX_PHASE_CALLS`]. Anything else
-/// (absent, null, negative, not a number) is `None`.
-fn calls(v: Option<&Value>) -> Option<u64> {
-    let n = match v? {
-        Value::Number(n) => n
-            .as_u64()
-            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))?,
-        Value::String(s) => s.trim().parse().ok()?,
-        _ => return None,
-    };
-    Some(n.min(MAX_PHASE_CALLS))
+fn non_empty(s: String) -> Option<String> {
+    Some(s).filter(|s| !s.is_empty())
 }
 
 impl PhaseTokens {
@@ -218,16 +186,22 @@ impl PhaseTokens {
         if event.event_type != EventType::AgentPhaseCompleted {
             return None;
         }
-        let p = &event.payload;
+        // The payload's fields read leniently (see `AgentPhaseCompleted`);
+        // a payload that is not even an object reads as empty.
+        let p = if event.payload.is_object() {
+            AgentPhaseCompleted::deserialize_payload(event).unwrap_or_default()
+        } else {
+            AgentPhaseCompleted::default()
+        };
         Some(Self {
-            phase: text(p.get("phase")),
-            model: text(p.get("model")),
-            provider: text(p.get("provider")),
-            auxiliary: text(p.get("auxiliary")),
-            turn_id: text(p.get("turn_id")),
-            input_tokens: count(p.get("input_tokens")),
-            output_tokens: count(p.get("output_tokens")),
-            calls: calls(p.get("calls")),
+            phase: non_empty(p.phase),
+            model: non_empty(p.model),
+            provider: non_empty(p.provider),
+            auxiliary: p.auxiliary,
+            turn_id: non_empty(p.turn_id),
+            input_tokens: p.input_tokens,
+            output_tokens: p.output_tokens,
+            calls: p.calls,
         })
     }
 
@@ -419,7 +393,7 @@ pub fn rollup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn payload_fields_are_read_leniently() {

@@ -1,0 +1,106 @@
+//! The order of a turn's phases: Plan -> Execute -> Review, and again
+//! while Review sends the work back (`self_iterate`), at most
+//! `max_iterations` times and never twice with the same artifact.
+
+use crate::prompts::PriorIteration;
+use crate::tool::first_sentence;
+use crate::{PlanDecision, ReviewDecision};
+
+use super::ctx::TurnCtx;
+use super::phases::{ExecutePhase, PlanPhase, ReviewPhase};
+use super::{GuardKind, TurnDecision, TurnEngine, TurnFailure};
+
+impl TurnEngine {
+    /// The phases of the turn until one of them decides how it ends.
+    pub(super) async fn drive(&self, t: &TurnCtx<'_>) -> Result<TurnDecision, TurnFailure> {
+        let catalogue: Vec<(String, String)> = self
+            .tools
+            .tools_for(&t.seat.handle)
+            .iter()
+            .map(|tool| {
+                (
+                    tool.name().to_owned(),
+                    first_sentence(tool.description(), 160),
+                )
+            })
+            .collect();
+        let mut prior: Vec<PriorIteration> = Vec::new();
+        let mut last_sent_back: Option<String> = None;
+        let mut iteration = 0u32;
+        loop {
+            iteration += 1;
+            t.state().iterations = iteration;
+
+            let plan = self
+                .run_phase(
+                    t,
+                    iteration,
+                    &PlanPhase {
+                        catalogue: &catalogue,
+                        prior: &prior,
+                    },
+                )
+                .await?;
+            t.state().plan = Some(plan.clone());
+            if plan.decision == PlanDecision::Skip {
+                return Ok(TurnDecision::Skip);
+            }
+
+            let execution = self
+                .run_phase(t, iteration, &ExecutePhase { plan: &plan })
+                .await?;
+            t.state().final_artifact.clone_from(&execution.final_text);
+            if plan.decision == PlanDecision::Direct {
+                return Ok(TurnDecision::Direct);
+            }
+
+            let review = self
+                .run_phase(
+                    t,
+                    iteration,
+                    &ReviewPhase {
+                        plan: &plan,
+                        execution: &execution,
+                    },
+                )
+                .await?;
+            {
+                let mut state = t.state();
+                state.review = Some(review.clone());
+                if !review.final_artifact.trim().is_empty() {
+                    state.final_artifact.clone_from(&review.final_artifact);
+                }
+            }
+            match review.decision {
+                ReviewDecision::Done => return Ok(TurnDecision::Done),
+                ReviewDecision::SelfIterate => {
+                    let artifact = review.final_artifact.trim().to_owned();
+                    if last_sent_back.as_deref() == Some(artifact.as_str()) {
+                        return Err(TurnFailure::guard(
+                            GuardKind::Stall,
+                            format!(
+                                "review sent the work back twice with the same artifact (iteration {iteration})"
+                            ),
+                        ));
+                    }
+                    if iteration >= self.settings.max_iterations {
+                        return Err(TurnFailure::guard(
+                            GuardKind::MaxIter,
+                            format!(
+                                "review still asked for another pass after {iteration} iterations"
+                            ),
+                        ));
+                    }
+                    last_sent_back = Some(artifact);
+                    prior.push(PriorIteration {
+                        iteration,
+                        plan_reasoning: plan.reasoning.clone(),
+                        completed_work: review.completed_work.clone(),
+                        notes: review.notes.clone(),
+                        final_artifact: review.final_artifact.clone(),
+                    });
+                }
+            }
+        }
+    }
+}

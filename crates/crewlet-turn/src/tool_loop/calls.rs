@@ -1,0 +1,172 @@
+//! One round's tool calls: which tools are offered, whether each call may
+//! run, and running it (in a `tool {name}` span, panics caught, results
+//! cleaned).
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use serde_json::Value;
+use tracing::Instrument;
+
+use crewlet_llm::ToolCall;
+
+use super::{LoopEnv, Terminator, ToolExecution, ToolSelection};
+use crate::sanitize::clean_tool_result;
+use crate::{Tool, ToolContext, ToolError, TurnError};
+
+pub(super) fn select_tools(env: &LoopEnv<'_>, selection: &ToolSelection) -> Vec<Arc<dyn Tool>> {
+    match selection {
+        ToolSelection::None => Vec::new(),
+        ToolSelection::All => env.registry.tools_for(&env.ctx.agent_handle),
+        ToolSelection::ReadOnly => env
+            .registry
+            .tools_for(&env.ctx.agent_handle)
+            .into_iter()
+            .filter(|t| t.annotations().read_only)
+            .collect(),
+        ToolSelection::Named(names) => names
+            .iter()
+            .filter_map(|n| env.registry.get_for(&env.ctx.agent_handle, n))
+            .collect(),
+    }
+}
+
+pub(super) enum Resolved {
+    Run(Arc<dyn Tool>, Value),
+    /// Not run; the message goes back to the model as an error.
+    Refuse(String),
+}
+
+pub(super) fn resolve<D>(
+    env: &LoopEnv<'_>,
+    terminators: &[Terminator<D>],
+    offered: &HashSet<&str>,
+    tc: &ToolCall,
+) -> Resolved {
+    let args = match tc.parsed_arguments() {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return Resolved::Refuse("arguments must be a JSON object".into()),
+        Err(e) => return Resolved::Refuse(format!("arguments are not valid JSON: {e}")),
+    };
+    if let Some(t) = terminators.iter().find(|t| t.spec.name == tc.name) {
+        let why = (t.parse)(&args).err().unwrap_or_default();
+        return Resolved::Refuse(format!(
+            "{why}; fix the arguments and call {} again",
+            t.spec.name
+        ));
+    }
+    if !offered.contains(tc.name.as_str()) {
+        let mut names: Vec<&str> = offered.iter().copied().collect();
+        names.sort_unstable();
+        return Resolved::Refuse(format!(
+            "tool `{}` is not available here; available: {}",
+            tc.name,
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        ));
+    }
+    match env.registry.get_for(&env.ctx.agent_handle, &tc.name) {
+        Some(tool) => Resolved::Run(tool, args),
+        None => Resolved::Refuse(format!("tool `{}` is no longer available", tc.name)),
+    }
+}
+
+pub(super) struct CallResult {
+    pub content: String,
+    pub is_error: bool,
+    pub terminate: bool,
+    pub execution: Option<ToolExecution>,
+}
+
+pub(super) async fn run_one(
+    ctx: &ToolContext,
+    resolved: Resolved,
+) -> Result<CallResult, TurnError> {
+    let (tool, args) = match resolved {
+        Resolved::Run(tool, args) => (tool, args),
+        Resolved::Refuse(message) => {
+            return Ok(CallResult {
+                content: format!("error: {message}"),
+                is_error: true,
+                terminate: false,
+                execution: None,
+            });
+        }
+    };
+    let span = crewlet_telemetry::tool_span(tool.name());
+    let started = Instant::now();
+    let outcome = AssertUnwindSafe(tool.invoke(ctx, args))
+        .catch_unwind()
+        .instrument(span.clone())
+        .await;
+    let elapsed = started.elapsed();
+    let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    span.record("duration_ms", i64_of_duration(elapsed));
+    let name = tool.name().to_owned();
+    let result = match outcome {
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            span.record("error", format!("panicked: {message}").as_str());
+            return Err(TurnError::ToolPanicked {
+                tool: name,
+                message,
+            });
+        }
+        Ok(r) => r,
+    };
+    let (content, is_error, terminate) = match result {
+        Ok(out) => match clean_tool_result(&out.content) {
+            Ok(text) => (text, false, out.terminate),
+            Err(rejected) => (format!("error: {rejected}"), true, out.terminate),
+        },
+        Err(e) => {
+            let text = match &e {
+                ToolError::InvalidArguments(_) | ToolError::Failed(_) => e.to_string(),
+            };
+            let text = clean_tool_result(&text).unwrap_or_else(|r| r.to_string());
+            (format!("error: {text}"), true, false)
+        }
+    };
+    if is_error && !span.is_disabled() {
+        span.record("error", error_field(&content));
+    }
+    Ok(CallResult {
+        content,
+        is_error,
+        terminate,
+        execution: Some(ToolExecution {
+            name,
+            ok: !is_error,
+            duration_ms,
+        }),
+    })
+}
+
+/// A count as a span field (`u64` fields are exported as strings).
+pub(super) fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(super) fn i64_of_duration(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The start of a failed tool call's answer, for the span's `error` field.
+fn error_field(content: &str) -> &str {
+    const MAX: usize = 300;
+    let content = content.strip_prefix("error: ").unwrap_or(content);
+    match content.char_indices().nth(MAX) {
+        Some((end, _)) => &content[..end],
+        None => content,
+    }
+}

@@ -1,0 +1,303 @@
+//! The loop every phase runs: each round refreshes the tools, asks the model,
+//! charges the budget, runs the tool calls it asked for and appends the
+//! results. It ends on a reply without tool calls, a terminating tool, or the
+//! round cap (then, if asked, one grace round without tools summarizes).
+//!
+//! Parts: this file has the loop and its types; `complete` asks the model
+//! (in an `llm` span, streaming progress when asked); `calls` checks and
+//! runs the tool calls of one round (each in a `tool` span).
+
+mod calls;
+mod complete;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crewlet_llm::{
+    Completion, CompletionRequest, LlmProvider, Message, SystemBlock, ToolChoice, ToolSpec, Usage,
+};
+
+/// One tool call as it ran (the record the phase events carry).
+pub use crewlet_core::payload::ToolExecution;
+
+use self::calls::{CallResult, Resolved, resolve, run_one, select_tools};
+use self::complete::complete;
+use crate::{
+    BudgetGate, Tool, ToolContext, ToolRegistry, TurnError, prompts, slim_tool_spec, tool_spec,
+};
+
+/// Most tool calls run in one round; the rest are answered with an error.
+pub const MAX_CALLS_PER_ROUND: usize = 32;
+
+/// Which registry tools a phase offers (besides its terminators).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolSelection {
+    None,
+    /// Every tool the role sees.
+    All,
+    /// The role's read-only tools.
+    ReadOnly,
+    /// These tools, if the role sees them.
+    Named(Vec<String>),
+}
+
+/// A tool that ends the loop when called with arguments that parse, such as
+/// `submit_plan`: the loop hands back the parsed decision `D` (parsed once,
+/// here). Arguments that do not parse go back to the model as an error.
+#[derive(Clone, Debug)]
+pub struct Terminator<D> {
+    pub spec: ToolSpec,
+    pub parse: fn(&Value) -> Result<D, String>,
+}
+
+/// What the loop is asked to do; `D` is what its terminators decide.
+#[derive(Clone, Debug)]
+pub struct LoopRequest<D = ()> {
+    pub system: Vec<SystemBlock>,
+    pub messages: Vec<Message>,
+    pub tools: ToolSelection,
+    /// Offer first-sentence descriptions only (Plan's slim catalogue).
+    pub slim_tools: bool,
+    pub terminators: Vec<Terminator<D>>,
+    pub tool_choice: ToolChoice,
+    pub round_cap: u32,
+    /// After the cap, one more round without tools to summarize.
+    pub grace_round: bool,
+}
+
+/// Told what a streaming call has produced so far.
+#[async_trait]
+pub trait ProgressObserver: Send + Sync {
+    async fn progress(&self, text: &str, tool_executions: &[ToolExecution]);
+}
+
+/// What the loop works with.
+pub struct LoopEnv<'a> {
+    pub provider: &'a dyn LlmProvider,
+    pub registry: &'a ToolRegistry,
+    pub ctx: &'a ToolContext,
+    pub budget: BudgetGate<'a>,
+    pub progress: Option<&'a dyn ProgressObserver>,
+    /// Use the provider's streaming call (for live progress).
+    pub stream: bool,
+}
+
+/// Counters a phase accumulates over its loops, kept even when a loop fails.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    pub usage: Usage,
+    pub calls: u32,
+    pub rounds: u32,
+    pub tool_executions: Vec<ToolExecution>,
+    /// Models that answered, first use first.
+    pub models: Vec<String>,
+}
+
+impl LoopStats {
+    fn count(&mut self, completion: &Completion) {
+        self.usage.add(&completion.usage);
+        self.calls += 1;
+        if !self.models.contains(&completion.model) {
+            self.models.push(completion.model.clone());
+        }
+    }
+}
+
+/// How the loop ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoopEnd {
+    /// The model answered without tool calls.
+    Reply,
+    /// A terminator or a terminating tool was called.
+    Terminated { tool: String, arguments: Value },
+    /// The round cap was reached (after the grace round, if any).
+    RoundCap,
+}
+
+#[derive(Clone, Debug)]
+pub struct LoopOutcome<D = ()> {
+    pub end: LoopEnd,
+    /// What the terminator that ended the loop decided (its arguments,
+    /// parsed); `None` when no terminator ended it.
+    pub decision: Option<D>,
+    /// The last text the model said.
+    pub text: String,
+    /// The whole conversation, ready to continue.
+    pub messages: Vec<Message>,
+}
+
+/// Runs the loop until it ends; see the module doc.
+pub async fn run_tool_loop<D>(
+    env: &LoopEnv<'_>,
+    request: LoopRequest<D>,
+    stats: &mut LoopStats,
+) -> Result<LoopOutcome<D>, TurnError> {
+    let LoopRequest {
+        system,
+        messages,
+        tools,
+        slim_tools,
+        terminators,
+        tool_choice,
+        round_cap,
+        grace_round,
+    } = request;
+    let mut call = CompletionRequest {
+        system,
+        messages,
+        ..CompletionRequest::default()
+    };
+    let mut rounds = 0u32;
+    let mut last_text = String::new();
+    loop {
+        let grace = rounds >= round_cap;
+        if grace && !grace_round {
+            return Ok(LoopOutcome {
+                end: LoopEnd::RoundCap,
+                decision: None,
+                text: last_text,
+                messages: call.messages,
+            });
+        }
+        // Refresh: tools may have come or gone since the last round.
+        let offered: Vec<Arc<dyn Tool>> = if grace {
+            Vec::new()
+        } else {
+            select_tools(env, &tools)
+        };
+        call.tools.clear();
+        if !grace {
+            call.tools
+                .extend(terminators.iter().map(|t| t.spec.clone()));
+            call.tools.extend(offered.iter().map(|t| {
+                if slim_tools {
+                    slim_tool_spec(t.as_ref())
+                } else {
+                    tool_spec(t.as_ref())
+                }
+            }));
+        } else {
+            call.messages.push(Message::user(prompts::GRACE));
+        }
+        call.tool_choice = if call.tools.is_empty() {
+            ToolChoice::Auto
+        } else {
+            tool_choice.clone()
+        };
+
+        let completion = complete(env, &call, stats).await?;
+        stats.count(&completion);
+        env.budget.charge(&completion.usage).await?;
+        rounds += 1;
+        stats.rounds += 1;
+
+        let Completion {
+            content,
+            tool_calls,
+            ..
+        } = completion;
+        last_text.clone_from(&content);
+        call.messages
+            .push(Message::assistant(content, tool_calls.clone()));
+        if grace {
+            return Ok(LoopOutcome {
+                end: LoopEnd::RoundCap,
+                decision: None,
+                text: last_text,
+                messages: call.messages,
+            });
+        }
+        if tool_calls.is_empty() {
+            return Ok(LoopOutcome {
+                end: LoopEnd::Reply,
+                decision: None,
+                text: last_text,
+                messages: call.messages,
+            });
+        }
+
+        // A valid call of a terminator ends the loop at once.
+        for tc in &tool_calls {
+            if let Some(t) = terminators.iter().find(|t| t.spec.name == tc.name)
+                && let Ok(args) = tc.parsed_arguments()
+                && let Ok(decision) = (t.parse)(&args)
+            {
+                return Ok(LoopOutcome {
+                    end: LoopEnd::Terminated {
+                        tool: tc.name.clone(),
+                        arguments: args,
+                    },
+                    decision: Some(decision),
+                    text: last_text,
+                    messages: call.messages,
+                });
+            }
+        }
+
+        let offered_names: HashSet<&str> = offered.iter().map(|t| t.name()).collect();
+        let resolved: Vec<Resolved> = tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, tc)| {
+                if i >= MAX_CALLS_PER_ROUND {
+                    Resolved::Refuse(format!(
+                        "not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
+                    ))
+                } else {
+                    resolve(env, &terminators, &offered_names, tc)
+                }
+            })
+            .collect();
+        let all_read_only = resolved.iter().all(|r| match r {
+            Resolved::Run(tool, _) => tool.annotations().read_only,
+            Resolved::Refuse(_) => true,
+        });
+        let results: Vec<CallResult> = if all_read_only && resolved.len() > 1 {
+            futures::future::join_all(resolved.into_iter().map(|r| run_one(env.ctx, r)))
+                .await
+                .into_iter()
+                .collect::<Result<_, _>>()?
+        } else {
+            let mut out = Vec::with_capacity(resolved.len());
+            for r in resolved {
+                out.push(run_one(env.ctx, r).await?);
+            }
+            out
+        };
+
+        let mut terminated: Option<(String, Value)> = None;
+        for (tc, result) in tool_calls.iter().zip(results) {
+            if let Some(exec) = result.execution {
+                stats.tool_executions.push(exec);
+            }
+            if result.terminate && terminated.is_none() {
+                terminated = Some((
+                    tc.name.clone(),
+                    tc.parsed_arguments().unwrap_or(Value::Null),
+                ));
+            }
+            call.messages.push(Message::Tool {
+                call_id: tc.id.clone(),
+                name: tc.name.clone(),
+                content: result.content,
+                is_error: result.is_error,
+            });
+        }
+        if let Some(observer) = env.progress {
+            observer.progress(&last_text, &stats.tool_executions).await;
+        }
+        if let Some((tool, arguments)) = terminated {
+            return Ok(LoopOutcome {
+                end: LoopEnd::Terminated { tool, arguments },
+                decision: None,
+                text: last_text,
+                messages: call.messages,
+            });
+        }
+    }
+}
