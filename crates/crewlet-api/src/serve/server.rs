@@ -1,220 +1,40 @@
-//! [`Api`]: the router plus the background work, and serving it on a
-//! listener until a shutdown signal.
-//!
-//! Connections are served here rather than by `axum::serve`, which has no
-//! header-read or idle timeout and no connection cap: a few hundred slow or
-//! idle clients could hold every file descriptor and starve `/health`.
+//! The accept loop: the connection cap (closing the longest-idle connection
+//! to admit a new one), accept-error backoff, and each connection's
+//! header-read and idle deadlines.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::future::Future;
 use std::io::ErrorKind;
-use std::net::SocketAddr;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::Request;
-use axum::response::Response;
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::error::ApiError;
-use crate::state::{ApiLimits, ApiState};
-
-/// A built API: serve it with [`Api::serve`], or mount [`Api::router`] yourself.
-pub struct Api {
-    state: ApiState,
-}
-
-impl Api {
-    pub(crate) fn new(state: ApiState) -> Self {
-        Self { state }
-    }
-
-    pub fn state(&self) -> &ApiState {
-        &self.state
-    }
-
-    /// The axum router with every route, CORS, the JSON 404 and the request
-    /// span (DEBUG; webhooks have their own).
-    pub fn router(&self) -> Router {
-        let (router, _) = crate::routes::router().split_for_parts();
-        let mut router = router
-            .fallback(crate::routes::fallback)
-            .method_not_allowed_fallback(crate::routes::method_not_allowed)
-            .with_state(self.state.clone())
-            .layer(axum::middleware::from_fn(crate::routes::request_span));
-        if let Some(cors) = crate::routes::cors(&self.state.inner().config.auth.allowed_origins) {
-            router = router.layer(cors);
-        }
-        router
-    }
-
-    /// Starts the background work: re-reading the active company revision
-    /// and deleting old webhook delivery claims. Stops when dropped.
-    pub fn spawn_background(&self) -> Background {
-        let state = self.state.clone();
-        let limits = state.inner().limits;
-        let poll = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(limits.config_poll);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut gc = tokio::time::interval(limits.dedupe_gc);
-            gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => state.reload_company().await,
-                    _ = gc.tick() => {
-                        if let Err(e) = state.inner().stores.webhooks.gc().await {
-                            warn!(error = %e, "cannot delete old webhook delivery claims");
-                        }
-                    }
-                }
-            }
-        });
-        Background(vec![poll])
-    }
-
-    /// Serves on `listener` until `shutdown` resolves, then drains: `/ready`
-    /// answers 503, new connections are refused, in-flight requests finish.
-    ///
-    /// Each connection is HTTP/1.1 with keep-alive, bounded by the limits'
-    /// `header_read_timeout` and `idle_timeout`; at most
-    /// [`connection_cap`] connections are open at once.
-    pub async fn serve(
-        &self,
-        listener: TcpListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), ApiError> {
-        let background = self.spawn_background();
-        let state = self.state.clone();
-        let limits = state.inner().limits;
-        let cap = connection_cap(&limits);
-        if let Ok(addr) = listener.local_addr() {
-            info!(%addr, max_connections = cap, "api listening");
-        }
-        let server = Server::new(self.router(), limits, cap);
-        server
-            .run(listener, async move {
-                shutdown.await;
-                state.set_draining();
-                info!("api draining");
-            })
-            .await;
-        drop(background);
-        Ok(())
-    }
-}
-
-/// Background tasks of an [`Api`]; aborted on drop.
-pub struct Background(Vec<JoinHandle<()>>);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
-}
-
-/// Binds `host:port`. A port already taken fails with a message naming the
-/// commands that may hold it.
-pub async fn bind(host: &str, port: u16) -> Result<TcpListener, ApiError> {
-    let addr = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    TcpListener::bind(&addr).await.map_err(|e| {
-        let reason = if e.kind() == ErrorKind::AddrInUse {
-            let mut hint = format!(
-                "port {port} is already in use; another process holds it: `crewlet run` with api.port: {port} in config.yaml, or another `crewlet run api` / `crewlet-api`"
-            );
-            if port == 8080 {
-                hint.push_str(", or the Pulsar admin server (8080 in the bundled docker-compose.yml)");
-            }
-            hint.push_str("; stop it or pick another port with --port");
-            hint
-        } else if e.kind() == ErrorKind::PermissionDenied && port < 1024 {
-            format!(
-                "{e}; ports below 1024 need privileges: `sudo sysctl net.ipv4.ip_unprivileged_port_start={port}` or CAP_NET_BIND_SERVICE"
-            )
-        } else {
-            e.to_string()
-        };
-        ApiError::Bind { addr, reason }
-    })
-}
-
-/// The address a listener got (e.g. after binding port 0).
-pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
-    listener.local_addr().ok()
-}
-
-/// The connection cap for `limits`: `max_connections`, lowered to the
-/// open-file limit minus `fd_reserve` so the process keeps descriptors for
-/// its stores, its queue and a new `/health` connection (at least 1).
-pub fn connection_cap(limits: &ApiLimits) -> usize {
-    let configured = limits.max_connections.max(1);
-    match open_file_limit() {
-        Some(soft) => {
-            let left = if soft > limits.fd_reserve {
-                soft - limits.fd_reserve
-            } else {
-                soft / 2
-            };
-            configured.min(left.max(1))
-        }
-        None => configured,
-    }
-}
-
-/// RLIMIT_NOFILE (soft), when the platform has one.
-fn open_file_limit() -> Option<usize> {
-    #[cfg(unix)]
-    {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes into the struct we own and nothing else.
-        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-        if rc != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
-            return None;
-        }
-        usize::try_from(limit.rlim_cur).ok()
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
-}
+use super::conn::{ConnService, WatchedIo};
+use crate::state::ApiLimits;
 
 /// Milliseconds since the server started; 0 means "not set".
 type Millis = u64;
 
 /// What the server knows about one open connection.
-struct Conn {
+pub(super) struct Conn {
     /// Requests whose handler has not answered yet.
-    in_flight: AtomicUsize,
+    pub(super) in_flight: AtomicUsize,
     /// When the first byte of the next request head arrived (0: none yet).
-    head_started: AtomicU64,
+    pub(super) head_started: AtomicU64,
     /// When the connection last had no request in flight.
-    idle_since: AtomicU64,
+    pub(super) idle_since: AtomicU64,
     /// Set when the connection is closed to admit another at the cap.
     evicted: AtomicBool,
     /// Wakes the connection's task: a head started, or it was evicted.
-    wake: Notify,
+    pub(super) wake: Notify,
 }
 
 impl Conn {
@@ -228,7 +48,7 @@ impl Conn {
         }
     }
 
-    fn is_idle(&self) -> bool {
+    pub(super) fn is_idle(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) == 0
     }
 
@@ -257,7 +77,7 @@ fn millis(d: Duration) -> Millis {
 }
 
 /// The accept loop's shared state.
-struct Server {
+pub(super) struct Server {
     router: Router,
     limits: ApiLimits,
     cap: usize,
@@ -273,7 +93,7 @@ struct Server {
 }
 
 impl Server {
-    fn new(router: Router, limits: ApiLimits, cap: usize) -> Arc<Self> {
+    pub(super) fn new(router: Router, limits: ApiLimits, cap: usize) -> Arc<Self> {
         Arc::new(Self {
             router,
             limits,
@@ -288,7 +108,7 @@ impl Server {
     }
 
     /// Now, in milliseconds since the server started (never 0).
-    fn now(&self) -> Millis {
+    pub(super) fn now(&self) -> Millis {
         millis(self.epoch.elapsed()) + 1
     }
 
@@ -367,7 +187,11 @@ impl Server {
 
     /// Accepts until `shutdown`, then stops accepting, tells every
     /// connection to finish its request and close, and waits for them.
-    async fn run(self: Arc<Self>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+    pub(super) async fn run(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut shutdown = pin!(shutdown);
         let mut backoff = Duration::from_millis(10);
@@ -497,107 +321,4 @@ fn is_per_connection(e: &std::io::Error) -> bool {
             | ErrorKind::Interrupted
             | ErrorKind::WouldBlock
     )
-}
-
-/// The socket, noting when the first byte of a request head arrives.
-struct WatchedIo {
-    inner: TcpStream,
-    conn: Arc<Conn>,
-    server: Arc<Server>,
-}
-
-impl AsyncRead for WatchedIo {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(())))
-            && buf.filled().len() > before
-            && this.conn.is_idle()
-            && this.conn.head_started.load(Ordering::Acquire) == 0
-        {
-            this.conn
-                .head_started
-                .store(this.server.now(), Ordering::Release);
-            this.conn.wake.notify_one();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for WatchedIo {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// The router as one connection's hyper service, counting requests in flight.
-struct ConnService {
-    router: Router,
-    conn: Arc<Conn>,
-    server: Arc<Server>,
-}
-
-/// Ends a request's flight when its handler answered (or was dropped).
-struct InFlight {
-    conn: Arc<Conn>,
-    server: Arc<Server>,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.conn
-            .idle_since
-            .store(self.server.now(), Ordering::Release);
-        self.conn.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl hyper::service::Service<Request<Incoming>> for ConnService {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
-        self.conn.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.conn.head_started.store(0, Ordering::Release);
-        let flight = InFlight {
-            conn: self.conn.clone(),
-            server: self.server.clone(),
-        };
-        let mut router = self.router.clone();
-        Box::pin(async move {
-            let response = tower_service::Service::call(&mut router, request.map(Body::new)).await;
-            drop(flight);
-            response
-        })
-    }
 }

@@ -1,0 +1,107 @@
+//! Tier A: the bootstrap `config.yaml` (ops-owned, read at start).
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::security::Security;
+
+mod api;
+mod load;
+mod observability;
+mod providers;
+
+pub use api::{ApiAuth, ApiConfig, ApiConnections, ApiToken};
+pub use load::check_bootstrap;
+pub use observability::{LogFormat, Observability};
+pub use providers::{BootstrapProviders, DatabaseConfig, QueueConfig, QueueKind};
+// Not named outside this module today, but they were `bootstrap::` paths
+// before the split and stay paths.
+#[allow(unused_imports)]
+pub use providers::{KnowledgeStore, KnowledgeStoreKind};
+
+/// Prefix of the environment variables that override Tier A settings.
+pub const ENV_PREFIX: &str = "CREWLET_";
+
+/// How a variable name's nesting is written: `CREWLET_PROVIDERS__DATABASE__DSN`.
+pub const ENV_SEPARATOR: &str = "__";
+
+/// The process bootstrap: where the queue and the database are, the embedded
+/// API, logging. Everything has a default: an empty file runs the embedded
+/// single-process setup (memory queue and stores, nothing durable).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "Crewlet bootstrap (config.yaml)")]
+pub struct Bootstrap {
+    /// DEBUG-level logs (same as `--debug`).
+    #[serde(default)]
+    pub debug: bool,
+    /// Infrastructure the engine runs on.
+    #[serde(default)]
+    pub providers: BootstrapProviders,
+    /// The HTTP API (dashboard, webhooks, reads, config).
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// Logs and traces.
+    #[serde(default)]
+    pub observability: Observability,
+    /// What the company file (Tier B, replaceable through `PUT /config` by
+    /// an `admin` token) may make the engine do: MCP programs, environment
+    /// variables, outbound hosts.
+    #[serde(default)]
+    pub security: Security,
+    /// The original engine's encrypted secret store (key material).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "the secret store is not built yet: secrets come from the environment"))]
+    pub secrets: Option<SecretsConfig>,
+    /// This process as a node of a fleet: its id, roles and labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-crewlet-inert" = "fleets are not built yet: one engine runs every seat"))]
+    pub node: Option<NodeConfig>,
+}
+
+/// Encrypted secret store keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// Id of the key new secrets are encrypted with.
+    #[serde(default)]
+    pub active_key_id: String,
+    /// Key material, by id.
+    #[serde(default)]
+    pub keys: Vec<SecretKey>,
+}
+
+/// One key of the secret store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretKey {
+    /// Key id.
+    pub id: String,
+    /// Key material (base64).
+    pub material: String,
+}
+
+/// A fleet node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Node id; empty: derived from the host.
+    #[serde(default)]
+    pub id: String,
+    /// What the node does: `ingress`, `seats`, `singletons`.
+    #[serde(default)]
+    pub roles: Vec<NodeRole>,
+    /// Labels seats' `placement` matches.
+    #[serde(default)]
+    pub labels: IndexMap<String, String>,
+}
+
+/// What a fleet node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeRole {
+    Ingress,
+    Seats,
+    Singletons,
+}

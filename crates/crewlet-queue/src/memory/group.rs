@@ -1,0 +1,231 @@
+//! A durable subscription (group) and its bookkeeping: mail waiting, in
+//! flight and delayed; members taking, settling, nacking and giving mail
+//! back; the member loop that runs a handler.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use super::{Broker, Mail};
+use crate::node::{Node, Signal, Wake, lock, run_handler, wait_while_paused};
+use crate::{Delivery, EventHandler};
+
+/// A durable subscription: its mail waits here while no member is attached.
+pub(super) struct Group {
+    pub(super) topic: Arc<str>,
+    pub(super) name: Arc<str>,
+    pub(super) queue: Mutex<GroupQueue>,
+    pub(super) notify: Notify,
+}
+
+#[derive(Default)]
+pub(super) struct GroupQueue {
+    pub(super) ready: VecDeque<Mail>,
+    /// Members waiting for mail that nobody has woken yet.
+    pub(super) waiting: usize,
+    /// Messages handed to members and not yet acked, nacked or returned.
+    pub(super) in_flight: usize,
+    /// Nacked messages waiting for their redelivery delay.
+    pub(super) delayed: usize,
+}
+
+impl Group {
+    pub(super) fn push(&self, mail: Mail) {
+        let wake = {
+            let mut q = lock(&self.queue);
+            q.ready.push_back(mail);
+            Self::take_waiter(&mut q)
+        };
+        if wake {
+            self.notify.notify_one();
+        }
+    }
+
+    fn take_waiter(q: &mut GroupQueue) -> bool {
+        if q.waiting > 0 {
+            q.waiting -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Puts unhandled mail back at the front (a member detached or was cancelled).
+    fn give_back(&self, mails: impl DoubleEndedIterator<Item = Mail>) {
+        let wake = {
+            let mut q = lock(&self.queue);
+            let mut n = 0;
+            for mail in mails.rev() {
+                q.ready.push_front(mail);
+                n += 1;
+            }
+            q.in_flight = q.in_flight.saturating_sub(n);
+            n > 0 && Self::take_waiter(&mut q)
+        };
+        if wake {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Takes up to `max` messages; `None` when there are none (the caller is
+    /// then counted as waiting and must await `notify`).
+    fn take(&self, max: usize, into: &mut VecDeque<Mail>) -> bool {
+        let mut q = lock(&self.queue);
+        if q.ready.is_empty() {
+            q.waiting += 1;
+            return false;
+        }
+        let n = max.min(q.ready.len());
+        into.extend(q.ready.drain(..n));
+        q.in_flight += n;
+        // More than this member takes: pass the wake-up on to another waiting member.
+        let wake_next = !q.ready.is_empty() && Self::take_waiter(&mut q);
+        drop(q);
+        if wake_next {
+            self.notify.notify_one();
+        }
+        true
+    }
+
+    fn stop_waiting(&self) {
+        let wake = {
+            let mut q = lock(&self.queue);
+            q.waiting = q.waiting.saturating_sub(1);
+            // Pass on a wake-up this member may have consumed.
+            !q.ready.is_empty() && Self::take_waiter(&mut q)
+        };
+        if wake {
+            self.notify.notify_one();
+        }
+    }
+
+    fn settle(&self) {
+        let mut q = lock(&self.queue);
+        q.in_flight = q.in_flight.saturating_sub(1);
+    }
+}
+
+/// A message in a handler: if the member is cancelled before settling it,
+/// the message goes back to the subscription (like a consumer disconnect).
+struct InFlight<'a> {
+    group: &'a Arc<Group>,
+    mail: Option<Mail>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(mail) = self.mail.take() {
+            self.group.give_back(std::iter::once(mail));
+        }
+    }
+}
+
+/// Mail a member took ahead of its handler; returned to the group if the
+/// member stops (or is cancelled) before handling it.
+struct Prefetched {
+    group: Arc<Group>,
+    mails: VecDeque<Mail>,
+}
+
+impl Prefetched {
+    fn return_all(&mut self) {
+        if !self.mails.is_empty() {
+            self.group.give_back(self.mails.drain(..));
+        }
+    }
+}
+
+impl Drop for Prefetched {
+    fn drop(&mut self) {
+        self.return_all();
+    }
+}
+
+pub(super) struct Member {
+    pub(super) broker: Arc<Broker>,
+    pub(super) node: Arc<Node>,
+    pub(super) group: Arc<Group>,
+    pub(super) handler: Arc<dyn EventHandler>,
+    pub(super) stop: Arc<Signal>,
+    pub(super) paused: tokio::sync::watch::Receiver<bool>,
+    pub(super) prefetch: usize,
+}
+
+impl Member {
+    pub(super) async fn run(mut self) {
+        let prefetch = self.prefetch;
+        let mut batch = Prefetched {
+            group: self.group.clone(),
+            mails: VecDeque::with_capacity(prefetch),
+        };
+        loop {
+            if let Wake::Stop =
+                wait_while_paused(&mut self.paused, &self.stop, &self.node.shutdown).await
+            {
+                break;
+            }
+            if !self.group.take(prefetch, &mut batch.mails) {
+                tokio::select! {
+                    () = self.group.notify.notified() => {}
+                    () = self.stop.wait() => { self.group.stop_waiting(); break; }
+                    () = self.node.shutdown.wait() => { self.group.stop_waiting(); break; }
+                    r = self.paused.wait_for(|p| *p) => {
+                        self.group.stop_waiting();
+                        if r.is_err() { break; }
+                    }
+                }
+                continue;
+            }
+            while let Some(mail) = batch.mails.pop_front() {
+                self.handle(mail).await;
+                if self.stop.is_set() || self.node.shutdown.is_set() || *self.paused.borrow() {
+                    batch.return_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, mail: Mail) {
+        let mut in_flight = InFlight {
+            group: &self.group,
+            mail: Some(mail.clone()),
+        };
+        let delivery = Delivery {
+            event: mail.event.clone(),
+            topic: self.group.topic.clone(),
+            group: self.group.name.clone(),
+            attempt: mail.attempt,
+            dead_letter: mail.dead_letter.clone(),
+        };
+        let result = run_handler(&*self.handler, delivery).await;
+        in_flight.mail = None;
+        drop(in_flight);
+        self.group.settle();
+        if let Err(error) = result {
+            self.nack(mail, error.to_string());
+        }
+    }
+
+    fn nack(&self, mut mail: Mail, error: String) {
+        let (topic, group) = (&*self.group.topic, &*self.group.name);
+        if mail.attempt > self.node.delivery.max_redeliveries {
+            self.broker.dead_letter(mail, topic, group, error);
+            return;
+        }
+        tracing::debug!(topic, group, event_id = %mail.event.id, attempt = mail.attempt, %error, "handler failed; redelivering after the delay");
+        mail.attempt += 1;
+        lock(&self.group.queue).delayed += 1;
+        let g = self.group.clone();
+        let delay = self.node.delivery.redelivery_delay;
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            {
+                let mut q = lock(&g.queue);
+                q.delayed = q.delayed.saturating_sub(1);
+            }
+            g.push(mail);
+        });
+    }
+}
