@@ -3,16 +3,31 @@
 //! - [`webhook`]: per source (Slack, GitHub, GitLab, Plane, Jira, Confluence)
 //!   verification of inbound webhooks and their normalization into one
 //!   [`Notification`] shape. Pure functions: no I/O, no clock (the caller
-//!   passes `now`), no configuration lookups (the caller passes the secret).
+//!   passes `now`). Each source module also implements [`WebhookSource`]:
+//!   where its secrets sit in the company YAML ([`WebhookSecrets`] expands
+//!   them), which headers it keeps, which are credentials (401 when
+//!   missing) and which carry secrets, its accepted status, and which seat
+//!   and contact fields identify a person on it and what a unit or seat
+//!   owns there (what the engine's router matches).
+//! - [`RawWebhook`]: the payload of the `raw_webhook` event the API
+//!   publishes and the router reads (an `EventPayload`), with its tags.
+//! - [`webhook::dedupe`]: claim a delivery's keys, publish, release the
+//!   claims if the publish fails: the one dedupe policy of the API and the
+//!   router, over a small [`ClaimStore`](webhook::dedupe::ClaimStore)
+//!   trait they adapt `crewlet-store`'s `WebhookDeliveries` to.
 //! - [`mcp`]: a Model Context Protocol client over stdio and streamable HTTP,
 //!   and [`McpHub`], which starts the shared and per-role servers of a company.
 //!
 //! This crate does not own routing (which seat a notification wakes: the
 //! engine's `NotificationRouter`), dedupe storage (`crewlet-store`), HTTP
-//! status mapping beyond [`WebhookError::status_code`] (`crewlet-api`), or the
-//! `Tool` trait that MCP tools are adapted to (`crewlet-turn`). It never
-//! imports the turn engine or the engine, and takes its inputs as its own small
-//! structs so the engine maps configuration onto them.
+//! answers that are not per source (no company yet, queue down, body too
+//! large: `crewlet-api`), or the `Tool` trait that MCP tools are adapted to
+//! (`crewlet-turn`). It depends on `crewlet-core` and `crewlet-config` only
+//! (the company types its sources read); it never imports the store, the
+//! turn engine or the engine. `crewlet-telemetry` does not depend on it:
+//! each source declares the company fields holding its credentials
+//! ([`WebhookSource::secret_fields`]) and a test asserts telemetry's
+//! redaction list covers them.
 
 pub mod mcp;
 pub mod webhook;
@@ -21,4 +36,7 @@ pub use mcp::{
     CallToolResult, ContentBlock, McpClient, McpError, McpHub, McpHubPlan, McpScope, McpServerSpec,
     McpStartFailure, McpTool, McpTransport, RoleMcpServers, ServerInfo, ToolAnnotations,
 };
-pub use webhook::{Headers, Inbound, Notification, Source, WebhookError};
+pub use webhook::{
+    Headers, Inbound, Notification, RawWebhook, Secret, Source, WebhookError, WebhookRequest,
+    WebhookSecrets, WebhookSource,
+};

@@ -41,8 +41,8 @@ pub use crewlet_config::LogFormat;
 pub use error::TelemetryError;
 pub use init::{TelemetryGuard, build, init, try_init};
 pub use options::{
-    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, RUST_LOG, TRACES_PATH,
-    TelemetryOptions, secrets_in_bootstrap, secrets_in_company,
+    COMPANY_SECRET_KEYS, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, RUST_LOG,
+    TRACES_PATH, TelemetryOptions, secrets_in_bootstrap, secrets_in_company,
 };
 pub use redact::{
     MIN_SECRET_LEN, REDACTED, RedactingMakeWriter, RedactingWriter, Redactor, global_redactor,

@@ -261,7 +261,11 @@ pub fn secrets_in_bootstrap(bootstrap: &Bootstrap) -> Vec<String> {
 
 /// Keys of a company file whose values are credentials (wherever they sit:
 /// providers, integrations, seats' accounts, MCP servers).
-const COMPANY_SECRET_KEYS: &[&str] = &[
+///
+/// Per-source webhook credentials are declared by each source in
+/// `crewlet-integrations` (`WebhookSource::secret_fields`); this crate does
+/// not depend on it, so a test there asserts this list covers them.
+pub const COMPANY_SECRET_KEYS: &[&str] = &[
     "api_keys",
     "token",
     "bot_token",

@@ -13,10 +13,17 @@ use super::headers::Headers;
 use super::jira::{delivery_key, verify_hub_signature};
 use super::json::{self, strip_html, text, unique};
 use super::mentions;
+use super::signature::body_key;
 use super::{Inbound, Notification, Source, WebhookError};
+use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
+
+use super::secrets::{Secret, SecretRef, WebhookSecrets};
+use super::source::{WebhookRequest, WebhookSource};
 
 pub use super::jira::{DELIVERY_HEADER, SIGNATURE_HEADER, signature};
 pub const SECRET_KEY: &str = "integrations.confluence.webhook_secret";
+/// Its field name: the [`WebhookSecrets`] slot.
+pub const SECRET_NAME: &str = "webhook_secret";
 
 const SOURCE: Source = Source::Confluence;
 
@@ -126,6 +133,85 @@ pub fn receive<H: Headers + ?Sized>(
 ) -> Result<Inbound, WebhookError> {
     verify(headers, body, webhook_secret)?;
     normalize(headers, body)
+}
+
+/// The source description the API, the router and the redaction checks ask.
+pub struct Confluence;
+
+impl WebhookSource for Confluence {
+    fn source(&self) -> Source {
+        SOURCE
+    }
+
+    fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
+        vec![SecretRef {
+            name: SECRET_NAME,
+            seat: None,
+            path: SECRET_KEY.to_owned(),
+            raw: company
+                .integrations
+                .confluence
+                .as_ref()
+                .and_then(|c| c.webhook_secret.as_ref()),
+        }]
+    }
+
+    fn secret_fields(&self) -> &'static [&'static str] {
+        &["webhook_secret", "token"]
+    }
+
+    fn receive(
+        &self,
+        r: WebhookRequest<'_>,
+        secrets: &WebhookSecrets,
+    ) -> Result<Inbound, WebhookError> {
+        let secret = secrets.get(SOURCE, SECRET_NAME, None).map(Secret::bytes);
+        receive(r.headers, r.body, secret)
+    }
+
+    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
+        Some(body_key(body))
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn kept_headers(&self) -> &'static [&'static str] {
+        &[
+            DELIVERY_HEADER,
+            "x-atlassian-webhook-retry",
+            "x-atlassian-webhook-flow",
+        ]
+    }
+
+    fn seat_account<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.confluence.as_ref().and_then(|a| a.user.as_deref())
+    }
+
+    fn contact_id<'s>(&self, c: &'s Contact) -> Option<&'s str> {
+        c.atlassian_account_id.as_deref()
+    }
+
+    fn unit_projects<'u>(&self, i: &'u UnitIntegrations) -> &'u [String] {
+        &i.confluence_spaces
+    }
+
+    fn seat_project<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.confluence.as_ref().and_then(|c| c.space.as_deref())
+    }
+
+    fn unit_project<'u>(
+        &self,
+        i: &'u UnitIntegrations,
+        _slack_channel: Option<&'u str>,
+    ) -> Option<&'u str> {
+        i.confluence.as_ref().map(|c| c.space.as_str())
+    }
 }
 
 #[cfg(test)]

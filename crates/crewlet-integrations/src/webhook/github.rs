@@ -9,13 +9,19 @@ use serde_json::Value;
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, text, texts, unique};
 use super::mentions;
-use super::signature::{hmac_sha256, require_secret, verify_hex_hmac};
+use super::signature::{body_key, hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
+use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
+
+use super::secrets::{Secret, SecretRef, WebhookSecrets};
+use super::source::{WebhookRequest, WebhookSource};
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 pub const DELIVERY_HEADER: &str = "x-github-delivery";
 pub const EVENT_HEADER: &str = "x-github-event";
 pub const SECRET_KEY: &str = "integrations.github.webhook_secret";
+/// Its field name: the [`WebhookSecrets`] slot.
+pub const SECRET_NAME: &str = "webhook_secret";
 
 const SOURCE: Source = Source::Github;
 
@@ -167,6 +173,69 @@ pub fn receive<H: Headers + ?Sized>(
 ) -> Result<Inbound, WebhookError> {
     verify(headers, body, webhook_secret)?;
     normalize(headers, body)
+}
+
+/// The source description the API, the router and the redaction checks ask.
+pub struct Github;
+
+impl WebhookSource for Github {
+    fn source(&self) -> Source {
+        SOURCE
+    }
+
+    fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
+        vec![SecretRef {
+            name: SECRET_NAME,
+            seat: None,
+            path: SECRET_KEY.to_owned(),
+            raw: company
+                .integrations
+                .github
+                .as_ref()
+                .and_then(|c| c.webhook_secret.as_ref()),
+        }]
+    }
+
+    fn secret_fields(&self) -> &'static [&'static str] {
+        &["webhook_secret", "token"]
+    }
+
+    fn receive(
+        &self,
+        r: WebhookRequest<'_>,
+        secrets: &WebhookSecrets,
+    ) -> Result<Inbound, WebhookError> {
+        let secret = secrets.get(SOURCE, SECRET_NAME, None).map(Secret::bytes);
+        receive(r.headers, r.body, secret)
+    }
+
+    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
+        Some(body_key(body))
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn kept_headers(&self) -> &'static [&'static str] {
+        &[EVENT_HEADER, DELIVERY_HEADER, "x-github-hook-id"]
+    }
+
+    fn seat_account<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.github.as_ref().and_then(|a| a.user.as_deref())
+    }
+
+    fn contact_id<'s>(&self, c: &'s Contact) -> Option<&'s str> {
+        c.github_login.as_deref()
+    }
+
+    fn unit_projects<'u>(&self, i: &'u UnitIntegrations) -> &'u [String] {
+        &i.github_repositories
+    }
 }
 
 #[cfg(test)]

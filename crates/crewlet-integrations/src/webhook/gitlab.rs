@@ -18,8 +18,12 @@ use chrono::{DateTime, Utc};
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, text, texts};
 use super::mentions;
-use super::signature::{check_timestamp, hmac_matches, hmac_sha256, secrets_equal};
+use super::signature::{body_key, check_timestamp, hmac_matches, hmac_sha256, secrets_equal};
 use super::{Inbound, Notification, Source, WebhookError};
+use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
+
+use super::secrets::{Secret, SecretRef, WebhookSecrets};
+use super::source::{WebhookRequest, WebhookSource};
 
 pub const TOKEN_HEADER: &str = "x-gitlab-token";
 pub const EVENT_UUID_HEADER: &str = "x-gitlab-event-uuid";
@@ -28,7 +32,11 @@ pub const WEBHOOK_ID_HEADER: &str = "webhook-id";
 pub const WEBHOOK_TIMESTAMP_HEADER: &str = "webhook-timestamp";
 pub const WEBHOOK_SIGNATURE_HEADER: &str = "webhook-signature";
 pub const TOKEN_KEY: &str = "integrations.gitlab.webhook_token";
+/// Its field name: the [`WebhookSecrets`] slot.
+pub const TOKEN_NAME: &str = "webhook_token";
 pub const SIGNING_SECRET_KEY: &str = "integrations.gitlab.signing_secret";
+/// Its field name: the [`WebhookSecrets`] slot.
+pub const SIGNING_SECRET_NAME: &str = "signing_secret";
 
 const SOURCE: Source = Source::Gitlab;
 
@@ -283,6 +291,93 @@ pub fn receive<H: Headers + ?Sized>(
 ) -> Result<Inbound, WebhookError> {
     verify(headers, body, secrets, now)?;
     normalize(headers, body)
+}
+
+/// The source description the API, the router and the redaction checks ask.
+pub struct Gitlab;
+
+impl WebhookSource for Gitlab {
+    fn source(&self) -> Source {
+        SOURCE
+    }
+
+    fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
+        let i = company.integrations.gitlab.as_ref();
+        vec![
+            SecretRef {
+                name: TOKEN_NAME,
+                seat: None,
+                path: TOKEN_KEY.to_owned(),
+                raw: i.and_then(|g| g.webhook_token.as_ref()),
+            },
+            SecretRef {
+                name: SIGNING_SECRET_NAME,
+                seat: None,
+                path: SIGNING_SECRET_KEY.to_owned(),
+                raw: i.and_then(|g| g.signing_secret.as_ref()),
+            },
+        ]
+    }
+
+    fn secret_fields(&self) -> &'static [&'static str] {
+        &["webhook_token", "signing_secret", "token"]
+    }
+
+    fn receive(
+        &self,
+        r: WebhookRequest<'_>,
+        secrets: &WebhookSecrets,
+    ) -> Result<Inbound, WebhookError> {
+        let secrets = GitLabSecrets {
+            webhook_token: secrets.get(SOURCE, TOKEN_NAME, None).map(Secret::bytes),
+            signing_secret: secrets
+                .get(SOURCE, SIGNING_SECRET_NAME, None)
+                .map(Secret::as_str),
+        };
+        receive(r.headers, r.body, secrets, r.now)
+    }
+
+    fn replay_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<String> {
+        // The Standard Webhooks signature covers `webhook-id`; the token does not.
+        match get(headers, WEBHOOK_SIGNATURE_HEADER) {
+            Some(_) => None,
+            None => Some(body_key(body)),
+        }
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        &[
+            TOKEN_HEADER,
+            WEBHOOK_SIGNATURE_HEADER,
+            WEBHOOK_TIMESTAMP_HEADER,
+            WEBHOOK_ID_HEADER,
+        ]
+    }
+
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &[TOKEN_HEADER, WEBHOOK_SIGNATURE_HEADER]
+    }
+
+    fn kept_headers(&self) -> &'static [&'static str] {
+        &[
+            EVENT_HEADER,
+            EVENT_UUID_HEADER,
+            WEBHOOK_ID_HEADER,
+            "x-gitlab-instance",
+        ]
+    }
+
+    fn seat_account<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.gitlab.as_ref().and_then(|a| a.user.as_deref())
+    }
+
+    fn contact_id<'s>(&self, c: &'s Contact) -> Option<&'s str> {
+        c.gitlab_username.as_deref()
+    }
+
+    fn unit_projects<'u>(&self, i: &'u UnitIntegrations) -> &'u [String] {
+        &i.gitlab_projects
+    }
 }
 
 #[cfg(test)]

@@ -1,17 +1,27 @@
 //! Inbound webhooks: verification and normalization, one module per source.
 //!
-//! Every source exposes the same three pure functions:
+//! Every source module exposes the same three pure functions:
 //! - `verify(headers, body, secret, ..)`: is this request really from the
 //!   source? Constant-time comparisons only; a missing or empty secret is
 //!   [`WebhookError::MissingSecret`], never "accept everything".
 //! - `normalize(headers, body)`: the request as an [`Inbound`], assuming it
 //!   was verified.
-//! - `receive(..)`: `verify` then `normalize`, what the API layer calls.
+//! - `receive(..)`: `verify` then `normalize`.
 //!
-//! The API layer maps a [`WebhookError`] to a status with
-//! [`WebhookError::status_code`] and [`WebhookError::retry_after_secs`].
+//! and implements [`WebhookSource`] (reached with [`Source::webhook`]): the
+//! one place that knows the source's secrets ([`WebhookSecrets`]), its
+//! headers (kept, credential, secret), its accepted status, and the seat
+//! identities and ownership the router matches. The API maps a
+//! [`WebhookError`] to a status with [`WebhookError::status_code`],
+//! [`WebhookError::code`] and [`WebhookError::retry_after_secs`].
+//!
+//! Also here: the [`RawWebhook`] envelope of the `raw_webhook` event (an
+//! [`EventPayload`](crewlet_core::payload::EventPayload)), and the
+//! claim-then-publish-then-release dedupe policy ([`dedupe`]) the API and
+//! the router share.
 
 pub mod confluence;
+pub mod dedupe;
 pub mod github;
 pub mod gitlab;
 pub mod jira;
@@ -22,12 +32,20 @@ mod headers;
 mod json;
 mod mentions;
 mod notification;
+mod raw;
 mod replay;
+mod secrets;
 mod signature;
+mod source;
 
 pub use headers::Headers;
 pub use notification::{Inbound, Notification, Source};
+pub use raw::{
+    EVENT_SOURCE, RawWebhook, TAG_DELIVERY_KEY, TAG_HANDLE, TAG_WEBHOOK_SOURCE, delivery_key_tag,
+};
 pub use replay::replay_key;
+pub use secrets::{Secret, SecretRef, WebhookSecrets};
+pub use source::{WebhookRequest, WebhookSource, kept_headers};
 
 /// Why an inbound webhook was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,27 +74,16 @@ pub enum WebhookError {
     MissingSecret { from: Source, key: &'static str },
 }
 
-/// Headers whose absence means "not authenticated" (401) rather than "malformed" (400).
-const CREDENTIAL_HEADERS: &[&str] = &[
-    slack::SIGNATURE_HEADER,
-    slack::TIMESTAMP_HEADER,
-    github::SIGNATURE_HEADER,
-    gitlab::TOKEN_HEADER,
-    gitlab::WEBHOOK_SIGNATURE_HEADER,
-    gitlab::WEBHOOK_TIMESTAMP_HEADER,
-    gitlab::WEBHOOK_ID_HEADER,
-    plane::SIGNATURE_HEADER,
-    jira::SIGNATURE_HEADER,
-];
-
 impl WebhookError {
-    /// The HTTP status the API answers with: 401 for authentication failures,
+    /// The HTTP status the API answers with: 401 for authentication failures
+    /// (a missing header the source lists among its
+    /// [`credential_headers`](WebhookSource::credential_headers) included),
     /// 400 for malformed requests, 503 when no secret is configured.
     pub fn status_code(&self) -> u16 {
         match self {
             WebhookError::BadSignature { .. } | WebhookError::StaleTimestamp { .. } => 401,
-            WebhookError::MissingHeader { header, .. } => {
-                if CREDENTIAL_HEADERS.contains(header) {
+            WebhookError::MissingHeader { from, header } => {
+                if from.webhook().credential_headers().contains(header) {
                     401
                 } else {
                     400
@@ -84,6 +91,18 @@ impl WebhookError {
             }
             WebhookError::BadJson { .. } => 400,
             WebhookError::MissingSecret { .. } => 503,
+        }
+    }
+
+    /// The machine-readable code of the API's error body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WebhookError::BadSignature { .. } => "bad_signature",
+            WebhookError::StaleTimestamp { .. } => "stale_timestamp",
+            WebhookError::MissingHeader { .. } if self.status_code() == 401 => "missing_signature",
+            WebhookError::MissingHeader { .. } => "missing_header",
+            WebhookError::BadJson { .. } => "bad_json",
+            WebhookError::MissingSecret { .. } => "missing_secret",
         }
     }
 
@@ -149,6 +168,41 @@ mod tests {
         assert_eq!(secret.status_code(), 503);
         assert_eq!(secret.retry_after_secs(), Some(300));
         assert_eq!(secret.source(), Source::Jira);
+        assert_eq!(bad.code(), "bad_signature");
+        assert_eq!(stale.code(), "stale_timestamp");
+        assert_eq!(missing_sig.code(), "missing_signature");
+        assert_eq!(missing_delivery.code(), "missing_header");
+        assert_eq!(json.code(), "bad_json");
+        assert_eq!(secret.code(), "missing_secret");
+    }
+
+    /// Every header a source reports missing as a credential is 401 for
+    /// that source, whichever module the header constant lives in.
+    #[test]
+    fn credential_headers_are_the_sources_own() {
+        for (from, header) in [
+            (Source::Slack, slack::SIGNATURE_HEADER),
+            (Source::Slack, slack::TIMESTAMP_HEADER),
+            (Source::Github, github::SIGNATURE_HEADER),
+            (Source::Gitlab, gitlab::TOKEN_HEADER),
+            (Source::Gitlab, gitlab::WEBHOOK_SIGNATURE_HEADER),
+            (Source::Gitlab, gitlab::WEBHOOK_TIMESTAMP_HEADER),
+            (Source::Gitlab, gitlab::WEBHOOK_ID_HEADER),
+            (Source::Plane, plane::SIGNATURE_HEADER),
+            (Source::Jira, jira::SIGNATURE_HEADER),
+            (Source::Confluence, jira::SIGNATURE_HEADER),
+        ] {
+            let e = WebhookError::MissingHeader { from, header };
+            assert_eq!(e.status_code(), 401, "{from} {header}");
+        }
+        for (from, header) in [
+            (Source::Github, github::EVENT_HEADER),
+            (Source::Gitlab, gitlab::EVENT_HEADER),
+            (Source::Plane, plane::EVENT_HEADER),
+        ] {
+            let e = WebhookError::MissingHeader { from, header };
+            assert_eq!(e.status_code(), 400, "{from} {header}");
+        }
     }
 
     #[test]

@@ -12,11 +12,17 @@ use super::json::{self, push_unique, strip_html, text, texts, unique};
 use super::mentions;
 use super::signature::{body_key, hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
+use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
+
+use super::secrets::{Secret, SecretRef, WebhookSecrets};
+use super::source::{WebhookRequest, WebhookSource};
 
 pub const SIGNATURE_HEADER: &str = "x-plane-signature";
 pub const DELIVERY_HEADER: &str = "x-plane-delivery";
 pub const EVENT_HEADER: &str = "x-plane-event";
 pub const SECRET_KEY: &str = "integrations.plane.webhook_secret";
+/// Its field name: the [`WebhookSecrets`] slot.
+pub const SECRET_NAME: &str = "webhook_secret";
 
 const SOURCE: Source = Source::Plane;
 
@@ -147,6 +153,81 @@ pub fn receive<H: Headers + ?Sized>(
 ) -> Result<Inbound, WebhookError> {
     verify(headers, body, webhook_secret)?;
     normalize(headers, body)
+}
+
+/// The source description the API, the router and the redaction checks ask.
+pub struct Plane;
+
+impl WebhookSource for Plane {
+    fn source(&self) -> Source {
+        SOURCE
+    }
+
+    fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
+        vec![SecretRef {
+            name: SECRET_NAME,
+            seat: None,
+            path: SECRET_KEY.to_owned(),
+            raw: company
+                .integrations
+                .plane
+                .as_ref()
+                .and_then(|c| c.webhook_secret.as_ref()),
+        }]
+    }
+
+    fn secret_fields(&self) -> &'static [&'static str] {
+        &["webhook_secret", "token"]
+    }
+
+    fn receive(
+        &self,
+        r: WebhookRequest<'_>,
+        secrets: &WebhookSecrets,
+    ) -> Result<Inbound, WebhookError> {
+        let secret = secrets.get(SOURCE, SECRET_NAME, None).map(Secret::bytes);
+        receive(r.headers, r.body, secret)
+    }
+
+    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
+        Some(body_key(body))
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn kept_headers(&self) -> &'static [&'static str] {
+        &[EVENT_HEADER, DELIVERY_HEADER]
+    }
+
+    fn seat_account<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.plane.as_ref().and_then(|a| a.user.as_deref())
+    }
+
+    fn contact_id<'s>(&self, c: &'s Contact) -> Option<&'s str> {
+        c.plane_user_id.as_deref()
+    }
+
+    fn unit_projects<'u>(&self, i: &'u UnitIntegrations) -> &'u [String] {
+        &i.plane_projects
+    }
+
+    fn seat_project<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.plane.as_ref().and_then(|p| p.project.as_deref())
+    }
+
+    fn unit_project<'u>(
+        &self,
+        i: &'u UnitIntegrations,
+        _slack_channel: Option<&'u str>,
+    ) -> Option<&'u str> {
+        i.plane.as_ref().map(|p| p.project.as_str())
+    }
 }
 
 #[cfg(test)]

@@ -5,29 +5,22 @@
 //! resend it with a new id; deduping on the digest of the signed body as
 //! well refuses that within the dedupe window.
 
-use super::gitlab::WEBHOOK_SIGNATURE_HEADER;
-use super::headers::get;
-use super::signature::body_key;
 use super::{Headers, Source};
 
 /// The second dedupe key of a verified delivery: the SHA-256 of its body
 /// (`sha256:{hex}`) for sources whose signature leaves the delivery id
 /// out, `None` where the id is signed (Slack's `event_id` is in the signed
-/// body; GitLab's Standard Webhooks signature covers `webhook-id`).
-pub fn replay_key<H: Headers + ?Sized>(source: Source, headers: &H, body: &[u8]) -> Option<String> {
-    match source {
-        Source::Slack => None,
-        Source::Gitlab if get(headers, WEBHOOK_SIGNATURE_HEADER).is_some() => None,
-        Source::Gitlab | Source::Github | Source::Plane | Source::Jira | Source::Confluence => {
-            Some(body_key(body))
-        }
-    }
+/// body; GitLab's Standard Webhooks signature covers `webhook-id`). Each
+/// source says which ([`WebhookSource::replay_key`](super::WebhookSource::replay_key)).
+pub fn replay_key(source: Source, headers: &dyn Headers, body: &[u8]) -> Option<String> {
+    source.webhook().replay_key(headers, body)
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
 
+    use super::super::gitlab::WEBHOOK_SIGNATURE_HEADER;
     use super::*;
 
     #[test]

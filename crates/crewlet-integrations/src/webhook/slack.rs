@@ -13,11 +13,17 @@ use super::json::{self, text};
 use super::mentions;
 use super::signature::{check_timestamp, hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
+use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
+
+use super::secrets::{Secret, SecretRef, WebhookSecrets};
+use super::source::{WebhookRequest, WebhookSource};
 
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
 pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 /// Where the secret lives in the company YAML (on the role).
 pub const SECRET_KEY: &str = "integrations.slack.signing_secret";
+/// Its field name: the [`WebhookSecrets`] slot.
+pub const SECRET_NAME: &str = "signing_secret";
 
 const SOURCE: Source = Source::Slack;
 
@@ -183,6 +189,115 @@ fn is_own_message(payload: &Value, event: &Value) -> bool {
         a.get("is_bot").and_then(Value::as_bool) == Some(true)
             && text(a, &["user_id"]).as_deref() == Some(user.as_str())
     })
+}
+
+/// The source description the API, the router and the redaction checks ask.
+pub struct Slack;
+
+impl WebhookSource for Slack {
+    fn source(&self) -> Source {
+        SOURCE
+    }
+
+    fn secrets<'c>(&self, _company: &'c Company, org: &'c Organization) -> Vec<SecretRef<'c>> {
+        org.seats()
+            .iter()
+            .map(|seat| SecretRef {
+                name: SECRET_NAME,
+                seat: Some(seat.handle.as_str()),
+                path: format!("{}.{SECRET_KEY}", seat.yaml_path),
+                raw: seat
+                    .role
+                    .integrations
+                    .slack
+                    .as_ref()
+                    .and_then(|s| s.signing_secret.as_ref()),
+            })
+            .collect()
+    }
+
+    fn secret_fields(&self) -> &'static [&'static str] {
+        &["signing_secret", "bot_token"]
+    }
+
+    fn receive(
+        &self,
+        r: WebhookRequest<'_>,
+        secrets: &WebhookSecrets,
+    ) -> Result<Inbound, WebhookError> {
+        let key = r
+            .handle
+            .and_then(|h| secrets.get(SOURCE, SECRET_NAME, Some(h)))
+            .map(Secret::bytes);
+        receive(r.headers, r.body, key, r.now)
+    }
+
+    /// Slack's `event_id` is in the signed body: no second key.
+    fn replay_key(&self, _headers: &dyn Headers, _body: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn seat_route(&self, secrets: &WebhookSecrets, handle: &str) -> Result<(), String> {
+        match secrets.get(SOURCE, SECRET_NAME, Some(handle)) {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "seat `{handle}` has no Slack app here: set its integrations.slack.signing_secret"
+            )),
+        }
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER, TIMESTAMP_HEADER]
+    }
+
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &[SIGNATURE_HEADER]
+    }
+
+    fn kept_headers(&self) -> &'static [&'static str] {
+        &[
+            TIMESTAMP_HEADER,
+            "x-slack-retry-num",
+            "x-slack-retry-reason",
+        ]
+    }
+
+    /// Slack expects 200 (it retries anything else).
+    fn accepted_status(&self) -> u16 {
+        200
+    }
+
+    fn seat_account<'s>(&self, i: &'s RoleIntegrations) -> Option<&'s str> {
+        i.slack.as_ref().and_then(|s| s.bot_user_id.as_deref())
+    }
+
+    fn contact_id<'s>(&self, c: &'s Contact) -> Option<&'s str> {
+        c.slack_user_id.as_deref()
+    }
+
+    fn handle_is_identity(&self) -> bool {
+        false
+    }
+
+    fn unit_project<'u>(
+        &self,
+        _i: &'u UnitIntegrations,
+        slack_channel: Option<&'u str>,
+    ) -> Option<&'u str> {
+        slack_channel
+    }
+
+    fn unit_projects<'u>(&self, i: &'u UnitIntegrations) -> &'u [String] {
+        &i.slack_channels
+    }
+
+    fn bot_messages_need_a_mention(&self) -> bool {
+        true
+    }
+
+    fn follows_threads(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
