@@ -1,3 +1,4 @@
+use crate::{EventHandler, EventQueue};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
