@@ -11,11 +11,14 @@
 //!
 //! This crate never imports the engine: live state comes through
 //! [`EngineView`]. It does not route notifications to seats (the engine's
-//! router does), verify signatures itself (`crewlet-integrations` does), or
-//! write events to the store on its own: `crewlet_backends::archive` holds
-//! the one way every process stores what it publishes, inline with a
-//! durable outbox and from the broker, which the engine and [`standalone`]
-//! both install through `crewlet_backends::Backends`.
+//! router does), verify signatures or know any source's secrets, headers or
+//! answers itself (each `crewlet_integrations::WebhookSource` does: the
+//! webhook route asks it), define the `raw_webhook` payload (that is
+//! `crewlet_integrations::RawWebhook`), or write events to the store on its
+//! own: `crewlet_backends::archive` holds the one way every process stores
+//! what it publishes, inline with a durable outbox and from the broker,
+//! which the engine and [`standalone`] both install through
+//! `crewlet_backends::Backends`.
 //! The OpenAPI document is generated from the routes ([`openapi`]).
 
 mod auth;
@@ -23,7 +26,6 @@ mod company;
 mod engine_view;
 mod error;
 pub mod openapi;
-mod raw_webhook;
 mod routes;
 mod serve;
 pub mod standalone;
@@ -35,6 +37,5 @@ pub use engine_view::{
     AgentState, AgentView, CurrentTask, EngineView, StaticEngineView, ToolAnnotations, ToolView,
 };
 pub use error::{ApiError, ErrorBody, HttpError};
-pub use raw_webhook::RawWebhook;
 pub use serve::{Api, Background, bind, local_addr};
 pub use state::{ApiBuilder, ApiLimits, ApiState, ApiStores};

@@ -6,8 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use crewlet_api::{ApiLimits, RawWebhook};
+use crewlet_api::ApiLimits;
 use crewlet_core::EventType;
+use crewlet_core::payload::EventPayload;
+use crewlet_integrations::RawWebhook;
 use crewlet_queue::topics;
 use serde_json::{Value, json};
 

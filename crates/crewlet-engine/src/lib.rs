@@ -9,6 +9,10 @@
 //!   lifecycle events, hooks, token usage, graceful shutdown; it implements
 //!   the API's [`EngineView`](crewlet_api::EngineView).
 //! - [`NotificationRouter`]: verified webhooks to exactly one seat's inbox.
+//!   It reads `crewlet_integrations::RawWebhook`, asks each source's
+//!   `WebhookSource` who a seat is there, and dedupes with the shared
+//!   `crewlet_integrations::webhook::dedupe` policy; its records are the
+//!   typed [`ExternalNotification`] and [`NotificationSkipped`] payloads.
 //! - [`Scheduler`]: cron schedules fired at most once per fire time.
 //! - Tools: `lookup_colleague` and the company's MCP tools.
 //! - [`Maintenance`]: store upkeep while the engine runs (weekly partitions
@@ -47,7 +51,10 @@ pub use error::EngineError;
 pub use hooks::{Hook, TASK_STATE_EVENTS};
 pub use llm::{build_registry, role_llm};
 pub use maintenance::{MAINTENANCE_INTERVAL, Maintenance, MaintenanceReport};
-pub use router::{NotificationRouter, ROUTER_CLAIM_SOURCE, RouteRule, Routing};
+pub use router::{
+    ExternalNotification, NotificationRouter, NotificationSkipped, ROUTER_CLAIM_SOURCE, RouteRule,
+    Routing,
+};
 pub use run::{RunOptions, init_telemetry};
 pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};
 pub use seat::SeatState;

@@ -23,27 +23,40 @@
 //! without a mention reach it too.
 //!
 //! Delivery is at least once: the router remembers the event ids it handled
-//! (and claims each id in `webhook_deliveries` under source `engine.router`,
-//! so two engines on one database route it once).
+//! (and claims each delivery's keys in `webhook_deliveries` under source
+//! `engine.router`, so two engines on one database route it once), with the
+//! claim-then-publish-then-release policy the API's webhook route uses too
+//! (`crewlet_integrations::webhook::dedupe`).
+//!
+//! What is per source (who a seat is on it, what a unit owns there, the
+//! chat loop guard, thread follows) is asked of the source
+//! (`crewlet_integrations::WebhookSource`); the `raw_webhook` payload is
+//! `crewlet_integrations::RawWebhook`, and the router's own records are the
+//! typed [`ExternalNotification`] and [`NotificationSkipped`].
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use crewlet_api::RawWebhook;
 use crewlet_config::{Company, Organization, Seat, SeatKind};
+use crewlet_core::payload::{EventPayload, PayloadError};
 use crewlet_core::{Event, EventType, TraceContext};
-use crewlet_integrations::{Notification, Source};
+use crewlet_integrations::webhook::TAG_WEBHOOK_SOURCE;
+use crewlet_integrations::webhook::dedupe::{self, Claim, ClaimStore};
+use crewlet_integrations::{Notification, RawWebhook, Source};
 use crewlet_queue::{Delivery, EventHandler, EventQueue, HandlerError, topics};
-use crewlet_store::{Patience, ThreadFollows, ThreadRef, WebhookDeliveries, retry_transient};
-use serde_json::json;
+use crewlet_store::{
+    Patience, StoreError, ThreadFollows, ThreadRef, WebhookDeliveries, retry_transient,
+};
 use tracing::{Instrument, debug, info, warn};
 use uuid::Uuid;
 
 mod identity;
+mod records;
 
 use identity::{UnitOwns, identities, same, seat_owns, unit_owns, units_preorder};
+pub use records::{ExternalNotification, NotificationSkipped};
 
 use crate::recent::RecentIds;
 use crate::sink::publish_event;
@@ -306,7 +319,7 @@ impl NotificationRouter {
         }
         // Two seats' bots in one channel would otherwise wake each other
         // forever: a bot's chat message wakes only the seats it mentions.
-        if n.source == Source::Slack
+        if n.source.webhook().bot_messages_need_a_mention()
             && n.sender_is_bot
             && !identities(seat, n.source)
                 .iter()
@@ -333,7 +346,8 @@ impl NotificationRouter {
             debug!(event_id = %event.id, "raw_webhook already routed; acknowledging the repeat");
             return Ok(None);
         }
-        let raw = match RawWebhook::from_event(event) {
+        // The type was checked above: the error is the payload's shape.
+        let raw = match RawWebhook::deserialize_payload(event).map_err(malformed) {
             Ok(r) => r,
             Err(e) => {
                 warn!(event_id = %event.id, error = %e, "raw_webhook payload unreadable; dropped");
@@ -344,9 +358,20 @@ impl NotificationRouter {
             }
         };
         let keys = Self::claim_keys(&raw);
-        let claimed = match self.claim(event.id, &keys).await? {
-            Some(claimed) => claimed,
-            None => {
+        let store = RouterClaims {
+            store: self.claims.as_ref(),
+            stopping: &self.stopping,
+        };
+        // Seen before: unless it is ours, claimed by a publish that failed.
+        let let_through = || {
+            self.unpublished
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&event.id)
+        };
+        let claim = match dedupe::claim(&store, ROUTER_CLAIM_SOURCE, &keys, let_through).await {
+            Claim::New(claim) => claim,
+            Claim::Seen { .. } => {
                 debug!(event_id = %event.id, delivery = %raw.notification.delivery_key, deferred = raw.dedupe_deferred,
                        "delivery already routed by this or another engine (a retry or a replay)");
                 // The API let it through only because its dedupe store was
@@ -362,76 +387,48 @@ impl NotificationRouter {
                 self.handled.insert(event.id);
                 return Ok(None);
             }
-        };
-        let routing = self.resolve(&raw).await;
-        let outcome = match &routing {
-            Routing::Skip { reason } => {
-                info!(source = %raw.source, kind = %raw.notification.kind, %reason, "notification skipped");
-                self.record_skip(event, Some(&raw), reason.clone()).await;
-                Ok(())
-            }
-            Routing::Seat { handle, rule } => self.deliver(event, &raw, handle, *rule).await,
-        };
-        match outcome {
-            Ok(()) => {
-                self.handled.insert(event.id);
-                Ok(Some(routing))
-            }
-            Err(e) => {
-                // Give the claims back so the redelivery is routed (here or
-                // by another engine); remember it locally if even that fails.
-                for key in &claimed {
-                    if let Err(release) = self.claims.release(ROUTER_CLAIM_SOURCE, key).await {
-                        warn!(error = %release, "cannot release the routing claim");
-                        self.unpublished
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(event.id);
-                    }
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Claims every key of the delivery carried by event `id`: the keys
-    /// claimed when all are new, `None` for a delivery routed before (or a
-    /// replay). Fails closed: while the store is unavailable the claim is
-    /// held and retried, and if the engine stops meanwhile the message goes
-    /// back to the queue (`Err`), so an outage neither drops nor doubles it.
-    async fn claim(&self, id: Uuid, keys: &[String]) -> Result<Option<Vec<String>>, HandlerError> {
-        let stopping = || self.stopping.load(Ordering::Acquire);
-        let mut claimed = Vec::with_capacity(keys.len());
-        let mut let_through = None;
-        for key in keys {
-            let first = retry_transient(
-                "claiming a notification",
-                Patience::UNTIL_BACK,
-                &stopping,
-                || self.claims.claim(ROUTER_CLAIM_SOURCE, key),
-            )
-            .await
-            .map_err(|e| {
-                HandlerError::new(format!(
+            // Fails closed: while the store is unavailable the claim is held
+            // and retried ([`RouterClaims`]); if the engine stops meanwhile
+            // the message goes back to the queue, so an outage neither drops
+            // nor doubles it.
+            Claim::Unavailable(e) => {
+                return Err(HandlerError::new(format!(
                     "routing dedupe unavailable; the notification stays queued: {e}"
-                ))
-            })?;
-            if first {
-                claimed.push(key.clone());
-                continue;
+                )));
             }
-            // Seen before: unless it is ours, claimed by a publish that failed.
-            let ours = *let_through.get_or_insert_with(|| {
-                self.unpublished
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id)
-            });
-            if !ours {
-                return Ok(None);
+        };
+        let routed = claim
+            .publish(async {
+                let routing = self.resolve(&raw).await;
+                let outcome = match &routing {
+                    Routing::Skip { reason } => {
+                        info!(source = %raw.source, kind = %raw.notification.kind, %reason, "notification skipped");
+                        self.record_skip(event, Some(&raw), reason.clone()).await;
+                        Ok(())
+                    }
+                    Routing::Seat { handle, rule } => self.deliver(event, &raw, handle, *rule).await,
+                };
+                outcome.map(|()| routing)
+            })
+            .await;
+        match routed {
+            Ok(published) => {
+                self.handled.insert(event.id);
+                Ok(Some(published.value))
+            }
+            Err(failed) => {
+                // The claims were given back so the redelivery is routed (here
+                // or by another engine); remember it locally if even that failed.
+                for release in &failed.unreleased {
+                    warn!(error = %release, "cannot release the routing claim");
+                    self.unpublished
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(event.id);
+                }
+                Err(failed.error)
             }
         }
-        Ok(Some(claimed))
     }
 
     fn parent(event: &Event) -> TraceContext {
@@ -483,29 +480,24 @@ impl NotificationRouter {
             .with_channel(n.channel_or_project.as_str())
             .with_trace(router_span)
             .with_agent_handle(handle)
-            .with_tag("webhook_source", n.source.as_str())
+            .with_tag(TAG_WEBHOOK_SOURCE, n.source.as_str())
             .with_tag("rule", rule.as_str())
-            .with_payload(json!({
-                "source": n.source.as_str(),
-                "kind": n.kind,
-                "delivery_key": n.delivery_key,
-                "channel": n.channel_or_project,
-                "thread": n.thread,
-                "sender": n.sender,
-                "handle": handle,
-                "rule": rule.as_str(),
-                "task_id": task_id,
-                "webhook_event_id": event.id,
-            }));
+            .with_payload(
+                ExternalNotification::routed(n, handle, rule, &task_id, event.id).to_payload(),
+            );
         let record = match &n.sender {
             Some(s) => record.with_sender(s.as_str()),
             None => record,
         };
         publish_event(self.queue.as_ref(), record).await;
-        if n.source == Source::Slack
+        if n.source.webhook().follows_threads()
             && let Some(thread) = &n.thread
         {
-            let t = ThreadRef::new("slack", n.channel_or_project.as_str(), thread.as_str());
+            let t = ThreadRef::new(
+                n.source.as_str(),
+                n.channel_or_project.as_str(),
+                thread.as_str(),
+            );
             if let Err(e) = self.follows.follow(handle, &t).await {
                 warn!(error = %e, agent = handle, "cannot record the thread follow");
             }
@@ -521,24 +513,56 @@ impl NotificationRouter {
         let mut skip = Event::new(EventType::NotificationSkipped, EVENT_SOURCE)
             .with_summary(format!("notification skipped: {reason}"))
             .with_trace(routing)
-            .with_payload(json!({
-                "reason": reason,
-                "webhook_event_id": event.id,
-                "source": raw.map(|r| r.source.as_str()),
-                "kind": raw.map(|r| r.notification.kind.clone()),
-                "delivery_key": raw.map(|r| r.notification.delivery_key.clone()),
-                "channel": raw.map(|r| r.notification.channel_or_project.clone()),
-                "handle": raw.and_then(|r| r.handle.clone()),
-            }));
+            .with_payload(NotificationSkipped::of(event, raw, reason).to_payload());
         if let Some(r) = raw {
             skip = skip
                 .with_channel(r.notification.channel_or_project.as_str())
-                .with_tag("webhook_source", r.source.as_str());
+                .with_tag(TAG_WEBHOOK_SOURCE, r.source.as_str());
             if let Some(s) = &r.notification.sender {
                 skip = skip.with_sender(s.as_str());
             }
         }
         publish_event(self.queue.as_ref(), skip).await;
+    }
+}
+
+/// The error of a payload that does not read, as the skip record names it:
+/// the shape's error itself.
+fn malformed(e: PayloadError) -> String {
+    match e {
+        PayloadError::Malformed { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The router's claims store for the shared dedupe policy: a claim is held
+/// and retried while the store is unavailable (fail closed), until it
+/// answers or the engine stops.
+struct RouterClaims<'a> {
+    store: &'a dyn WebhookDeliveries,
+    stopping: &'a AtomicBool,
+}
+
+impl ClaimStore for RouterClaims<'_> {
+    type Error = StoreError;
+
+    async fn claim(&self, source: &str, key: &str) -> Result<bool, StoreError> {
+        let stopping = || self.stopping.load(Ordering::Acquire);
+        retry_transient(
+            "claiming a notification",
+            Patience::UNTIL_BACK,
+            &stopping,
+            || self.store.claim(source, key),
+        )
+        .await
+    }
+
+    async fn is_claimed(&self, source: &str, key: &str) -> Result<bool, StoreError> {
+        self.store.is_claimed(source, key).await
+    }
+
+    async fn release(&self, source: &str, key: &str) -> Result<(), StoreError> {
+        self.store.release(source, key).await
     }
 }
 
@@ -564,364 +588,4 @@ impl EventHandler for RouterHandler {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use chrono::Utc;
-    use crewlet_queue::MemoryQueue;
-    use crewlet_store::{MemoryThreadFollows, MemoryWebhookDeliveries};
-    use serde_json::Value;
-
-    use super::*;
-
-    const COMPANY: &str = r#"
-name: Routing Co
-roles:
-  - {name: Founder, handle: founder, kind: human, contact: {email: f@x.io, github_login: foundergh, slack_user_id: UFOUNDER}}
-  - {name: CEO, handle: ceo}
-units:
-  - name: Engineering
-    lead: CTO
-    integrations: {github_repositories: [acme/app], slack_channels: [CENG]}
-    roles:
-      - name: CTO
-        handle: cto
-      - name: Engineer
-        handle: eng
-        integrations:
-          github: {user: eng-bot}
-          slack: {bot_user_id: UENG}
-    children:
-      - name: Platform
-        lead: ops
-        integrations: {github_repositories: [acme/infra]}
-        roles:
-          - {name: Ops, handle: ops}
-  - name: Design
-    lead: lead-designer
-    integrations: {github_repositories: [acme/design]}
-    roles:
-      - {name: Lead Designer, handle: lead-designer, kind: human, contact: {email: d@x.io}}
-"#;
-
-    fn router() -> NotificationRouter {
-        let company = Company::from_yaml("t", &format!("{COMPANY}{}", crate::TEST_LLM))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let org = Arc::new(company.organization());
-        NotificationRouter::new(
-            &company,
-            org,
-            Arc::new(MemoryQueue::standalone()),
-            Arc::new(MemoryThreadFollows::new()),
-            Arc::new(MemoryWebhookDeliveries::new()),
-        )
-    }
-
-    fn raw(source: Source, project: &str, handle: Option<&str>) -> RawWebhook {
-        RawWebhook {
-            source,
-            handle: handle.map(str::to_owned),
-            headers: BTreeMap::new(),
-            notification: Notification {
-                source,
-                kind: "issues.opened".into(),
-                delivery_key: "d1".into(),
-                channel_or_project: project.into(),
-                thread: Some("7".into()),
-                sender: Some("someone".into()),
-                sender_is_bot: false,
-                title: Some("Bug".into()),
-                text: "it breaks".into(),
-                assignees: vec![],
-                mentions: vec![],
-                url: None,
-                raw: Value::Null,
-            },
-            body: Value::Null,
-            received_at: Utc::now(),
-            replay_key: None,
-            dedupe_deferred: false,
-        }
-    }
-
-    fn raw_event(w: &RawWebhook) -> Event {
-        Event::new(EventType::RawWebhook, "api.webhooks")
-            .with_trace(TraceContext::new_root())
-            .with_payload(serde_json::to_value(w).unwrap_or_default())
-    }
-
-    #[tokio::test]
-    async fn a_delivery_the_api_could_not_dedupe_is_routed_once_and_a_replay_not_at_all() {
-        let r = router();
-        // The API's dedupe was down: the same delivery arrives as two events.
-        let mut w = raw(Source::Github, "acme/app", None);
-        w.dedupe_deferred = true;
-        w.replay_key = Some("sha256:aa".into());
-        let first = r
-            .route(&raw_event(&w))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(first, Some(Routing::Seat { .. })), "{first:?}");
-        let again = r
-            .route(&raw_event(&w))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(again, None);
-        // The same signed body under a fresh delivery id: a replay.
-        w.notification.delivery_key = "d2".into();
-        let replay = r
-            .route(&raw_event(&w))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(replay, None);
-        // A new body under a new id is new.
-        w.notification.delivery_key = "d3".into();
-        w.replay_key = Some("sha256:bb".into());
-        let new = r
-            .route(&raw_event(&w))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(new, Some(Routing::Seat { .. })), "{new:?}");
-    }
-
-    /// A claims store that is down until `up` is set.
-    struct DownClaims {
-        inner: MemoryWebhookDeliveries,
-        up: std::sync::atomic::AtomicBool,
-        attempts: std::sync::atomic::AtomicUsize,
-    }
-
-    #[async_trait]
-    impl WebhookDeliveries for DownClaims {
-        async fn claim_at(
-            &self,
-            source: &str,
-            delivery_key: &str,
-            at: chrono::DateTime<Utc>,
-        ) -> Result<bool, crewlet_store::StoreError> {
-            self.attempts.fetch_add(1, Ordering::SeqCst);
-            if !self.up.load(Ordering::SeqCst) {
-                return Err(crewlet_store::StoreError::Unavailable {
-                    what: "claim".into(),
-                    reason: "down".into(),
-                });
-            }
-            self.inner.claim_at(source, delivery_key, at).await
-        }
-        async fn is_claimed_at(
-            &self,
-            source: &str,
-            key: &str,
-            at: chrono::DateTime<Utc>,
-        ) -> Result<bool, crewlet_store::StoreError> {
-            self.inner.is_claimed_at(source, key, at).await
-        }
-        async fn release(&self, source: &str, key: &str) -> Result<(), crewlet_store::StoreError> {
-            self.inner.release(source, key).await
-        }
-        async fn gc_at(&self, at: chrono::DateTime<Utc>) -> Result<u64, crewlet_store::StoreError> {
-            self.inner.gc_at(at).await
-        }
-    }
-
-    #[tokio::test]
-    async fn routing_holds_while_the_dedupe_store_is_down_and_never_lets_a_delivery_through_unchecked()
-     {
-        let company = Company::from_yaml("t", &format!("{COMPANY}{}", crate::TEST_LLM))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let claims = Arc::new(DownClaims {
-            inner: MemoryWebhookDeliveries::new(),
-            up: std::sync::atomic::AtomicBool::new(false),
-            attempts: std::sync::atomic::AtomicUsize::new(0),
-        });
-        let r = Arc::new(NotificationRouter::new(
-            &company,
-            Arc::new(company.organization()),
-            Arc::new(MemoryQueue::standalone()),
-            Arc::new(MemoryThreadFollows::new()),
-            claims.clone(),
-        ));
-        let event = raw_event(&raw(Source::Github, "acme/app", None));
-        let routing = tokio::spawn({
-            let (r, event) = (r.clone(), event.clone());
-            async move { r.route(&event).await }
-        });
-        // It retries while the store is down, without routing anything.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-        while claims.attempts.load(Ordering::SeqCst) < 3 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the router never retried its claim"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        assert!(!routing.is_finished());
-        claims.up.store(true, Ordering::SeqCst);
-        let routed = routing.await.unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            matches!(routed, Ok(Some(Routing::Seat { .. }))),
-            "{routed:?}"
-        );
-
-        // Stopping while it holds gives the message back to the queue.
-        claims.up.store(false, Ordering::SeqCst);
-        let mut second = raw(Source::Github, "acme/app", None);
-        second.notification.delivery_key = "d9".into();
-        r.stop();
-        let held = r.route(&raw_event(&second)).await;
-        assert!(held.is_err(), "{held:?}");
-    }
-
-    fn seat(r: Routing) -> (String, &'static str) {
-        match r {
-            Routing::Seat { handle, rule } => (handle, rule.as_str()),
-            Routing::Skip { reason } => (format!("skip: {reason}"), "skip"),
-        }
-    }
-
-    #[tokio::test]
-    async fn rules_apply_in_order() {
-        let r = router();
-        // url handle first
-        let mut w = raw(Source::Github, "acme/app", Some("ops"));
-        w.notification.assignees = vec!["eng-bot".into()];
-        assert_eq!(seat(r.resolve(&w).await), ("ops".into(), "url_handle"));
-        // assignee, then mention
-        w.handle = None;
-        w.notification.mentions = vec!["cto".into()];
-        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "assignee"));
-        w.notification.assignees.clear();
-        assert_eq!(seat(r.resolve(&w).await), ("cto".into(), "mention"));
-        // unit lead: deepest owning unit
-        let w = raw(Source::Github, "acme/infra", None);
-        assert_eq!(seat(r.resolve(&w).await), ("ops".into(), "unit_lead"));
-        let w = raw(Source::Github, "ACME/App", None);
-        assert_eq!(seat(r.resolve(&w).await), ("cto".into(), "unit_lead"));
-        // nobody owns it: the top lead (ceo; the founder is human)
-        let w = raw(Source::Jira, "OPS", None);
-        assert_eq!(seat(r.resolve(&w).await), ("ceo".into(), "top_lead"));
-    }
-
-    /// The original engine's routing keys: a unit's single `jira.project`,
-    /// `confluence.space`, `plane.project` and `slack_channel`, an org-wide
-    /// seat's own project, and a role's `email`.
-    #[tokio::test]
-    async fn the_original_formats_routing_keys_route() {
-        let yaml = format!(
-            r#"
-name: Original Co
-roles:
-  - {{name: CEO, handle: ceo}}
-  - name: Triage
-    handle: triage
-    email: triage@x.io
-    integrations: {{jira: {{project: SUP}}, confluence: {{space: HELP}}}}
-units:
-  - name: Engineering
-    lead: CTO
-    slack_channel: CENG
-    integrations: {{jira: {{project: ENG}}, plane: {{project: web}}, confluence: {{space: ENGDOCS}}}}
-    roles:
-      - {{name: CTO, handle: cto}}
-      - {{name: Engineer, handle: eng, email: eng@x.io}}
-{}"#,
-            crate::TEST_LLM
-        );
-        let company = Company::from_yaml("t", &yaml).unwrap_or_else(|e| panic!("{e}"));
-        let org = Arc::new(company.organization());
-        let r = NotificationRouter::new(
-            &company,
-            org,
-            Arc::new(MemoryQueue::standalone()),
-            Arc::new(MemoryThreadFollows::new()),
-            Arc::new(MemoryWebhookDeliveries::new()),
-        );
-        for (source, project, want) in [
-            (Source::Jira, "ENG", ("cto", "unit_lead")),
-            (Source::Plane, "WEB", ("cto", "unit_lead")),
-            (Source::Confluence, "ENGDOCS", ("cto", "unit_lead")),
-            (Source::Slack, "CENG", ("cto", "unit_lead")),
-            (Source::Jira, "sup", ("triage", "project_owner")),
-            (Source::Confluence, "HELP", ("triage", "project_owner")),
-            (Source::Jira, "OTHER", ("ceo", "top_lead")),
-        ] {
-            let w = raw(source, project, None);
-            assert_eq!(
-                seat(r.resolve(&w).await),
-                (want.0.to_owned(), want.1),
-                "{source:?} {project}"
-            );
-        }
-        let mut w = raw(Source::Github, "acme/none", None);
-        w.notification.assignees = vec!["ENG@x.io".into()];
-        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "assignee"));
-    }
-
-    #[tokio::test]
-    async fn humans_are_never_targets() {
-        let r = router();
-        let w = raw(Source::Slack, "C1", Some("founder"));
-        assert!(seat(r.resolve(&w).await).0.contains("human seat"));
-        let mut w = raw(Source::Github, "acme/app", None);
-        w.notification.assignees = vec!["foundergh".into()];
-        let (s, rule) = seat(r.resolve(&w).await);
-        assert_eq!(rule, "skip");
-        assert!(s.contains("founder"), "{s}");
-        // a human assignee and an agent mention: the agent gets it
-        w.notification.mentions = vec!["@eng".into()];
-        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "mention"));
-        // a unit led by a human
-        let w = raw(Source::Github, "acme/design", None);
-        assert!(seat(r.resolve(&w).await).0.contains("lead-designer"));
-    }
-
-    #[tokio::test]
-    async fn bots_wake_only_the_seats_they_mention() {
-        let r = router();
-        let mut w = raw(Source::Slack, "C9", Some("eng"));
-        w.notification.sender = Some("UOTHERBOT".into());
-        w.notification.sender_is_bot = true;
-        assert!(seat(r.resolve(&w).await).0.contains("loop guard"));
-        w.notification.mentions = vec!["UENG".into()];
-        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "url_handle"));
-    }
-
-    #[tokio::test]
-    async fn a_redelivered_webhook_is_routed_once() {
-        let r = router();
-        let mut w = raw(Source::Github, "acme/app", None);
-        w.body = Value::Null;
-        let event = Event::new(EventType::RawWebhook, "api.webhooks")
-            .with_trace(TraceContext::new_root())
-            .with_payload(serde_json::to_value(&w).unwrap_or_default());
-        let first = r.route(&event).await.unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(first, Some(Routing::Seat { .. })), "{first:?}");
-        let again = r.route(&event).await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(again, None);
-        // Another router (another engine) on the same claims store: also none.
-        let other = NotificationRouter::new(
-            &Company::from_yaml("t", &format!("{COMPANY}{}", crate::TEST_LLM))
-                .unwrap_or_else(|e| panic!("{e}")),
-            r.org.clone(),
-            r.queue.clone(),
-            r.follows.clone(),
-            r.claims.clone(),
-        );
-        assert_eq!(
-            other.route(&event).await.unwrap_or_else(|e| panic!("{e}")),
-            None
-        );
-    }
-
-    #[tokio::test]
-    async fn thread_followers_and_own_messages() {
-        let r = router();
-        let t = ThreadRef::new("slack", "C9", "1712.5");
-        let _ = r.follows.follow("eng", &t).await;
-        let mut w = raw(Source::Slack, "C9", None);
-        w.notification.thread = Some("1712.5".into());
-        assert_eq!(seat(r.resolve(&w).await), ("eng".into(), "thread_follow"));
-        w.notification.sender = Some("UENG".into());
-        assert_eq!(seat(r.resolve(&w).await).1, "skip");
-    }
-}
+mod tests;

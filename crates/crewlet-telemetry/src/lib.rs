@@ -3,7 +3,10 @@
 //! Owns: the process-wide `tracing` subscriber ([`init`]): JSON lines when
 //! stderr is not a terminal, readable text on one; `debug`/`--debug` and
 //! `RUST_LOG`/`observability.log_filter`; secret redaction in every line and
-//! exported span ([`register_secret`]); OpenTelemetry spans for every
+//! exported span ([`register_secret`]; the company fields that hold
+//! credentials are [`COMPANY_SECRET_KEYS`], which `crewlet-integrations`
+//! tests against each webhook source's declared secret fields, since this
+//! crate does not depend on it); OpenTelemetry spans for every
 //! `tracing` span, exported over OTLP/HTTP (protobuf, batched) only when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
 //! `observability.otlp_endpoint` is set; the bridge between spans and the

@@ -21,8 +21,9 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crewlet_integrations::RawWebhook;
+
 use crate::error::{ErrorBody, HttpError, ProblemSchema};
-use crate::raw_webhook::RawWebhook;
 use crate::state::ApiState;
 
 /// The document's fixed parts; paths are added by the router.

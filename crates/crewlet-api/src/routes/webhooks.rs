@@ -14,39 +14,19 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
-use crewlet_integrations::webhook::{confluence, github, gitlab, jira, plane, slack};
-use crewlet_integrations::{Inbound, Notification, Source, WebhookError};
+use crewlet_integrations::webhook::dedupe::{self, Admission, ClaimStore};
+use crewlet_integrations::{
+    Inbound, RawWebhook, Source, WebhookError, WebhookRequest, WebhookSource,
+};
 use crewlet_queue::topics;
+use crewlet_store::{StoreError, WebhookDeliveries};
 use serde::Serialize;
 use tracing::{Instrument, Span, debug, warn};
 use utoipa::ToSchema;
 
-use crate::company::Snapshot;
 use crate::error::{ErrorBody, HttpError, HttpResult};
-use crate::raw_webhook::RawWebhook;
 use crate::routes::body;
 use crate::state::ApiState;
-
-/// Headers copied into the event: what identifies a delivery, never a credential.
-const KEPT_HEADERS: &[&str] = &[
-    "content-type",
-    "user-agent",
-    github::EVENT_HEADER,
-    github::DELIVERY_HEADER,
-    "x-github-hook-id",
-    gitlab::EVENT_HEADER,
-    gitlab::EVENT_UUID_HEADER,
-    gitlab::WEBHOOK_ID_HEADER,
-    "x-gitlab-instance",
-    slack::TIMESTAMP_HEADER,
-    "x-slack-retry-num",
-    "x-slack-retry-reason",
-    plane::EVENT_HEADER,
-    plane::DELIVERY_HEADER,
-    jira::DELIVERY_HEADER,
-    "x-atlassian-webhook-retry",
-    "x-atlassian-webhook-flow",
-];
 
 /// The answer to an accepted (or ignored, or repeated) webhook.
 #[derive(Debug, Serialize, ToSchema)]
@@ -84,70 +64,46 @@ fn not_configured() -> HttpError {
 
 fn webhook_error(e: &WebhookError) -> HttpError {
     let status = StatusCode::from_u16(e.status_code()).unwrap_or(StatusCode::BAD_REQUEST);
-    let code = match e {
-        WebhookError::BadSignature { .. } => "bad_signature",
-        WebhookError::StaleTimestamp { .. } => "stale_timestamp",
-        WebhookError::MissingHeader { .. } if status == StatusCode::UNAUTHORIZED => {
-            "missing_signature"
-        }
-        WebhookError::MissingHeader { .. } => "missing_header",
-        WebhookError::BadJson { .. } => "bad_json",
-        WebhookError::MissingSecret { .. } => "missing_secret",
-    };
-    let mut err = HttpError::new(status, code, e.to_string());
+    let mut err = HttpError::new(status, e.code(), e.to_string());
     err.retry_after = e.retry_after_secs();
     err
 }
 
+/// The headers that identify a delivery (each source's
+/// [`kept_headers`](WebhookSource::kept_headers)), never a credential.
 fn kept_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
-    KEPT_HEADERS
-        .iter()
+    crewlet_integrations::webhook::kept_headers()
         .filter_map(|name| {
-            let v = headers.get(*name)?.to_str().ok()?;
-            Some(((*name).to_owned(), v.to_owned()))
+            let v = headers.get(name)?.to_str().ok()?;
+            Some((name.to_owned(), v.to_owned()))
         })
         .collect()
 }
 
-/// Verifies and normalizes with the source's secret from the active revision.
-fn receive(
-    source: Source,
-    snapshot: &Snapshot,
-    handle: Option<&str>,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Inbound, WebhookError> {
-    let s = &snapshot.secrets;
-    fn secret(v: &Option<crate::company::Secret>) -> Option<&[u8]> {
-        v.as_ref().map(|s| s.bytes())
-    }
-    match source {
-        Source::Slack => {
-            let key = handle.and_then(|h| s.slack.get(h)).map(|s| s.bytes());
-            slack::receive(headers, body, key, Utc::now())
-        }
-        Source::Github => github::receive(headers, body, secret(&s.github)),
-        Source::Gitlab => {
-            let secrets = gitlab::GitLabSecrets {
-                webhook_token: s.gitlab_token.as_ref().map(|t| t.bytes()),
-                signing_secret: s.gitlab_signing.as_ref().map(|t| t.as_str()),
-            };
-            gitlab::receive(headers, body, secrets, Utc::now())
-        }
-        Source::Plane => plane::receive(headers, body, secret(&s.plane)),
-        Source::Jira => jira::receive(headers, body, secret(&s.jira)),
-        Source::Confluence => confluence::receive(headers, body, secret(&s.confluence)),
-    }
+/// `(status, body)` of a verified delivery: the source's accepted status
+/// (200 for Slack, 202 otherwise).
+fn ok(source: &dyn WebhookSource, body: WebhookAccepted) -> Response {
+    let status = StatusCode::from_u16(source.accepted_status()).unwrap_or(StatusCode::ACCEPTED);
+    (status, Json(body)).into_response()
 }
 
-/// `(status, body)` of an accepted delivery: 200 for Slack, 202 otherwise.
-fn ok(source: Source, body: WebhookAccepted) -> Response {
-    let status = if source == Source::Slack {
-        StatusCode::OK
-    } else {
-        StatusCode::ACCEPTED
-    };
-    (status, Json(body)).into_response()
+/// The API's webhook-delivery store as the dedupe policy sees it.
+struct Deliveries<'a>(&'a dyn WebhookDeliveries);
+
+impl ClaimStore for Deliveries<'_> {
+    type Error = StoreError;
+
+    async fn claim(&self, source: &str, key: &str) -> Result<bool, StoreError> {
+        self.0.claim(source, key).await
+    }
+
+    async fn is_claimed(&self, source: &str, key: &str) -> Result<bool, StoreError> {
+        self.0.is_claimed(source, key).await
+    }
+
+    async fn release(&self, source: &str, key: &str) -> Result<(), StoreError> {
+        self.0.release(source, key).await
+    }
 }
 
 /// One delivery, in its `webhook {source}` span: the root of the trace the
@@ -196,15 +152,12 @@ async fn receive_delivery(
             snapshot.revision_id
         )));
     }
+    let hook = source.webhook();
     // Slack retries a 503 for ever: a seat that has no Slack app has no
     // Slack route at all.
-    if source == Source::Slack
-        && let Some(h) = &handle
-        && !snapshot.secrets.slack.contains_key(h)
-    {
-        return Err(HttpError::not_found(format!(
-            "seat `{h}` has no Slack app here: set its integrations.slack.signing_secret"
-        )));
+    if let Some(h) = &handle {
+        hook.seat_route(&snapshot.secrets, h)
+            .map_err(HttpError::not_found)?;
     }
     let (parts, raw) = request.into_parts();
     let limits = inner.limits;
@@ -215,16 +168,21 @@ async fn receive_delivery(
         limits.body_timeout,
     )
     .await?;
-    let inbound =
-        receive(source, &snapshot, handle.as_deref(), &parts.headers, &bytes).map_err(|e| {
-            let err = webhook_error(&e);
-            if err.status.is_server_error() {
-                warn!(source = %source, reason = %err.reason, "webhook refused");
-            } else {
-                debug!(source = %source, reason = %err.reason, "webhook refused");
-            }
-            err
-        })?;
+    let request = WebhookRequest {
+        headers: &parts.headers,
+        body: &bytes,
+        handle: handle.as_deref(),
+        now: Utc::now(),
+    };
+    let inbound = hook.receive(request, &snapshot.secrets).map_err(|e| {
+        let err = webhook_error(&e);
+        if err.status.is_server_error() {
+            warn!(source = %source, reason = %err.reason, "webhook refused");
+        } else {
+            debug!(source = %source, reason = %err.reason, "webhook refused");
+        }
+        err
+    })?;
     let notification = match inbound {
         Inbound::Challenge(challenge) => {
             return Ok((StatusCode::OK, Json(SlackChallenge { challenge })).into_response());
@@ -232,7 +190,7 @@ async fn receive_delivery(
         Inbound::Ignored { reason, .. } => {
             debug!(source = %source, %reason, "webhook verified, not routed");
             return Ok(ok(
-                source,
+                hook,
                 WebhookAccepted {
                     accepted: false,
                     duplicate: false,
@@ -255,11 +213,12 @@ async fn receive_delivery(
     // `webhook_span` has no `handle` field; the seat goes on this line (and
     // on the span's events in exported traces).
     debug!(source = %source, handle = handle.as_deref(), delivery = %notification.delivery_key, kind = %notification.kind, "webhook verified");
-    let claimed = match claim(&state, &source_name, &keys).await {
-        Claim::Duplicate { replay } => {
+    let deliveries = Deliveries(inner.stores.webhooks.as_ref());
+    let (claim, deferred) = match dedupe::admit(&deliveries, &source_name, &keys).await {
+        Admission::Duplicate { replay } => {
             debug!(source = %source, delivery = %notification.delivery_key, replay, "duplicate webhook delivery");
             return Ok(ok(
-                source,
+                hook,
                 WebhookAccepted {
                     accepted: false,
                     duplicate: true,
@@ -269,43 +228,47 @@ async fn receive_delivery(
                 },
             ));
         }
-        Claim::New(claimed) => Some(claimed),
-        Claim::Deferred => None,
+        Admission::New(claim) => (claim, false),
+        Admission::Deferred(nothing) => (nothing, true),
     };
     // Stamped in the webhook span: its trace id and span id are the span's.
-    let event = crewlet_telemetry::stamp(to_event(
+    let raw = RawWebhook::new(
         *notification,
         handle,
         kept_headers(&parts.headers),
         replay_key,
-        claimed.is_none(),
-    ));
+        deferred,
+    );
+    let event = crewlet_telemetry::stamp(raw.event());
     let (event_id, trace_id) = (event.id, event.trace_id);
-    if let Err(e) = inner
-        .queue
-        .publish_shared(topics::NOTIFICATIONS_INBOUND, Arc::new(event))
-        .await
-    {
-        // Give the claims back so the sender's retry is accepted, by this
-        // process or any other API process on the same database.
-        for key in claimed.iter().flatten() {
-            if let Err(release) = inner.stores.webhooks.release(&source_name, key).await {
+    let published = claim
+        .publish(
+            inner
+                .queue
+                .publish_shared(topics::NOTIFICATIONS_INBOUND, Arc::new(event)),
+        )
+        .await;
+    match published {
+        // Marks the claims published: a retry is a duplicate from now on.
+        Ok(published) => published.confirm().await,
+        Err(failed) => {
+            // The claims were given back so the sender's retry is accepted,
+            // by this process or any other API process on the same database.
+            for release in &failed.unreleased {
                 warn!(source = %source, error = %release, "cannot release the webhook claim; its retry will look like a duplicate for 5 minutes");
             }
+            let e = failed.error;
+            warn!(source = %source, error = %e, "cannot publish webhook");
+            return Err(HttpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "queue_unavailable",
+                format!("the webhook was verified but could not be queued: {e}"),
+            )
+            .retry_after(5));
         }
-        warn!(source = %source, error = %e, "cannot publish webhook");
-        return Err(HttpError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "queue_unavailable",
-            format!("the webhook was verified but could not be queued: {e}"),
-        )
-        .retry_after(5));
-    }
-    if let Some(keys) = &claimed {
-        confirm(&state, &source_name, keys).await;
     }
     Ok(ok(
-        source,
+        hook,
         WebhookAccepted {
             accepted: true,
             duplicate: false,
@@ -314,101 +277,6 @@ async fn receive_delivery(
             trace_id: trace_id.map(|t| t.to_string()),
         },
     ))
-}
-
-/// What the dedupe store says of a delivery's keys.
-enum Claim {
-    /// Every key is new; these were claimed (released if the publish fails).
-    New(Vec<String>),
-    /// A key was seen before and its delivery reached the queue: a retry
-    /// of the delivery, or (`replay`) its signed body resent under a fresh id.
-    Duplicate { replay: bool },
-    /// The router decides: the store is unavailable, or a key was claimed
-    /// but its delivery never confirmed as published (the process that
-    /// claimed it crashed, or is still publishing). The delivery is
-    /// published marked `dedupe_deferred`; the engine's router, which holds
-    /// it until the store answers, dedupes it on the same keys. Refusing
-    /// would lose it for senders that do not retry (GitHub), and letting it
-    /// through unmarked could run it twice.
-    Deferred,
-}
-
-/// The marker set once the delivery claimed as `key` is on the queue.
-fn published_marker(key: &str) -> String {
-    format!("{key}#published")
-}
-
-/// Claims every key of a delivery (its id first, then its replay key).
-async fn claim(state: &ApiState, source: &str, keys: &[String]) -> Claim {
-    let inner = state.inner();
-    let webhooks = &inner.stores.webhooks;
-    let mut claimed = Vec::with_capacity(keys.len());
-    for (i, key) in keys.iter().enumerate() {
-        let seen = match webhooks.claim(source, key).await {
-            Ok(true) => {
-                claimed.push(key.clone());
-                continue;
-            }
-            Ok(false) => webhooks.is_claimed(source, &published_marker(key)).await,
-            Err(e) => Err(e),
-        };
-        return match seen {
-            Ok(true) => Claim::Duplicate { replay: i > 0 },
-            Ok(false) => {
-                debug!(
-                    source,
-                    "delivery claimed before but never confirmed published; the router decides"
-                );
-                Claim::Deferred
-            }
-            Err(e) => {
-                warn!(source, error = %e, "webhook dedupe unavailable; publishing the delivery for the router to dedupe once the store is back");
-                Claim::Deferred
-            }
-        };
-    }
-    Claim::New(claimed)
-}
-
-/// Marks the claimed keys as published (best effort: without the marker a
-/// retry is published again and deduped by the router).
-async fn confirm(state: &ApiState, source: &str, keys: &[String]) {
-    for key in keys {
-        if let Err(e) = state
-            .inner()
-            .stores
-            .webhooks
-            .claim(source, &published_marker(key))
-            .await
-        {
-            debug!(source, error = %e, "cannot mark the delivery published; a retry goes to the router");
-        }
-    }
-}
-
-fn to_event(
-    mut notification: Notification,
-    handle: Option<String>,
-    headers: BTreeMap<String, String>,
-    replay_key: Option<String>,
-    dedupe_deferred: bool,
-) -> crewlet_core::Event {
-    let body = std::mem::take(&mut notification.raw);
-    let mut event = notification.to_event();
-    if let Some(h) = &handle {
-        event = event.with_tag("handle", h.clone());
-    }
-    let payload = RawWebhook {
-        source: notification.source,
-        handle,
-        headers,
-        notification,
-        body,
-        received_at: event.timestamp,
-        replay_key,
-        dedupe_deferred,
-    };
-    event.with_payload(serde_json::to_value(&payload).unwrap_or_default())
 }
 
 macro_rules! webhook_routes {

@@ -27,44 +27,22 @@ pub(super) fn same(a: &str, b: &str) -> bool {
         .eq_ignore_ascii_case(b.trim_start_matches('@'))
 }
 
-/// The identities a seat is known by on `source`.
+/// The identities a seat is known by on `source`: its own account there,
+/// the contact field that identifies a person there (both the source's
+/// [`WebhookSource`](crewlet_integrations::WebhookSource) knowledge), its
+/// emails, and its handle where `@handle` names a seat.
 pub(super) fn identities(seat: &Seat, source: Source) -> Vec<&str> {
+    let hook = source.webhook();
     let r = &seat.role;
-    let i = &r.integrations;
     let c = r.contact.as_ref();
-    let mut out: Vec<Option<&str>> = Vec::new();
-    match source {
-        Source::Slack => {
-            out.push(i.slack.as_ref().and_then(|s| s.bot_user_id.as_deref()));
-            out.push(c.and_then(|c| c.slack_user_id.as_deref()));
-        }
-        Source::Github => {
-            out.push(i.github.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.github_login.as_deref()));
-        }
-        Source::Gitlab => {
-            out.push(i.gitlab.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.gitlab_username.as_deref()));
-        }
-        Source::Plane => {
-            out.push(i.plane.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.plane_user_id.as_deref()));
-        }
-        Source::Jira => {
-            out.push(i.jira.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.atlassian_account_id.as_deref()));
-        }
-        Source::Confluence => {
-            out.push(i.confluence.as_ref().and_then(|a| a.user.as_deref()));
-            out.push(c.and_then(|c| c.atlassian_account_id.as_deref()));
-        }
-    }
-    out.push(c.and_then(|c| c.email.as_deref()));
-    out.push(r.email.as_deref());
-    if source != Source::Slack {
+    let out: [Option<&str>; 5] = [
+        hook.seat_account(&r.integrations),
+        c.and_then(|c| hook.contact_id(c)),
+        c.and_then(|c| c.email.as_deref()),
+        r.email.as_deref(),
         // `@eng` in a comment names the seat by its handle.
-        out.push(Some(seat.handle.as_str()));
-    }
+        hook.handle_is_identity().then_some(seat.handle.as_str()),
+    ];
     out.into_iter()
         .flatten()
         // A `${VAR}` identity is not expanded here: it matches nobody.
@@ -72,37 +50,25 @@ pub(super) fn identities(seat: &Seat, source: Source) -> Vec<&str> {
         .collect()
 }
 
-/// The project, space or channel an org-wide seat owns on `source`.
-pub(super) fn seat_owns(seat: &Seat, source: Source, project: &str) -> bool {
-    let i = &seat.role.integrations;
-    let owned = match source {
-        Source::Jira => i.jira.as_ref().and_then(|j| j.project.as_deref()),
-        Source::Plane => i.plane.as_ref().and_then(|p| p.project.as_deref()),
-        Source::Confluence => i.confluence.as_ref().and_then(|c| c.space.as_deref()),
-        _ => None,
-    };
+/// Whether `owned` names `project` (a blank name owns nothing).
+fn names(owned: Option<&str>, project: &str) -> bool {
     owned.is_some_and(|p| !p.trim().is_empty() && p.eq_ignore_ascii_case(project))
 }
 
+/// The project, space or channel an org-wide seat owns on `source`.
+pub(super) fn seat_owns(seat: &Seat, source: Source, project: &str) -> bool {
+    names(
+        source.webhook().seat_project(&seat.role.integrations),
+        project,
+    )
+}
+
 pub(super) fn unit_owns(owns: &UnitOwns, source: Source, project: &str) -> bool {
+    let hook = source.webhook();
     let u = &owns.integrations;
-    let single = match source {
-        Source::Slack => owns.slack_channel.as_deref(),
-        Source::Jira => u.jira.as_ref().map(|j| j.project.as_str()),
-        Source::Confluence => u.confluence.as_ref().map(|c| c.space.as_str()),
-        Source::Plane => u.plane.as_ref().map(|p| p.project.as_str()),
-        Source::Github | Source::Gitlab => None,
-    };
-    if single.is_some_and(|p| !p.trim().is_empty() && p.eq_ignore_ascii_case(project)) {
-        return true;
-    }
-    let list = match source {
-        Source::Slack => &u.slack_channels,
-        Source::Github => &u.github_repositories,
-        Source::Gitlab => &u.gitlab_projects,
-        Source::Plane => &u.plane_projects,
-        Source::Jira => &u.jira_projects,
-        Source::Confluence => &u.confluence_spaces,
-    };
-    list.iter().any(|p| p.eq_ignore_ascii_case(project))
+    names(hook.unit_project(u, owns.slack_channel.as_deref()), project)
+        || hook
+            .unit_projects(u)
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(project))
 }
