@@ -45,7 +45,7 @@ use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::webhook::TAG_WEBHOOK_SOURCE;
 use crewlet_integrations::webhook::dedupe::{self, Claim, ClaimStore};
 use crewlet_integrations::{Notification, RawWebhook, Source};
-use crewlet_queue::{Delivery, EventHandler, EventQueue, HandlerError, topics};
+use crewlet_queue::{Delivery, EventHandler, EventQueue, HandlerError};
 use crewlet_store::{
     Patience, StoreError, ThreadFollows, ThreadRef, WebhookDeliveries, retry_transient,
 };
@@ -59,6 +59,7 @@ use identity::{UnitOwns, identities, same, seat_owns, unit_owns, units_preorder}
 pub use records::{ExternalNotification, NotificationSkipped};
 
 use crate::recent::RecentIds;
+use crate::inbox::Inbox;
 use crate::sink::publish_event;
 use crate::task::{TaskRequest, derived_task_id};
 
@@ -458,15 +459,10 @@ impl NotificationRouter {
         let router_span = crewlet_telemetry::current_trace_context()
             .filter(|c| Some(c.trace_id) == event.trace_id)
             .unwrap_or_else(|| Self::parent(event).child());
-        let task = request.to_event(seat, &task_id, EVENT_SOURCE, Some(router_span));
-        let inbox = topics::agent_inbox(handle).topic;
-        let task = Arc::new(task);
-        self.queue
-            .publish_shared(&inbox, task.clone())
+        Inbox::new(self.queue.as_ref())
+            .post(seat, &task_id, &request, EVENT_SOURCE, Some(router_span))
             .await
-            .map_err(|e| HandlerError::new(format!("cannot publish the task to {inbox}: {e}")))?;
-        // The live view sees the task on the event stream too (stored once: same id).
-        publish_event(self.queue.as_ref(), (*task).clone()).await;
+            .map_err(|e| HandlerError::new(e.to_string()))?;
         let record = Event::new(EventType::ExternalNotification, EVENT_SOURCE)
             .with_summary(format!(
                 "{} {} in {} routed to {handle} ({})",
