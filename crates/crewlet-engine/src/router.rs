@@ -58,8 +58,8 @@ mod records;
 use identity::{UnitOwns, identities, same, seat_owns, unit_owns, units_preorder};
 pub use records::{ExternalNotification, NotificationSkipped};
 
-use crate::recent::RecentIds;
 use crate::inbox::Inbox;
+use crate::recent::RecentIds;
 use crate::sink::publish_event;
 use crate::task::{TaskRequest, derived_task_id};
 

@@ -13,7 +13,6 @@ use super::headers::Headers;
 use super::jira::{delivery_key, verify_hub_signature};
 use super::json::{self, strip_html, text, unique};
 use super::mentions;
-use super::signature::body_key;
 use super::{Inbound, Notification, Source, WebhookError};
 use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
 
@@ -144,20 +143,12 @@ impl WebhookSource for Confluence {
     }
 
     fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
-        vec![SecretRef {
-            name: SECRET_NAME,
-            seat: None,
-            path: SECRET_KEY.to_owned(),
-            raw: company
-                .integrations
-                .confluence
-                .as_ref()
-                .and_then(|c| c.webhook_secret.as_ref()),
-        }]
-    }
-
-    fn secret_fields(&self) -> &'static [&'static str] {
-        &["webhook_secret", "token"]
+        let raw = company
+            .integrations
+            .confluence
+            .as_ref()
+            .and_then(|c| c.webhook_secret.as_ref());
+        vec![SecretRef::company(SECRET_NAME, SECRET_KEY, raw)]
     }
 
     fn receive(
@@ -169,15 +160,7 @@ impl WebhookSource for Confluence {
         receive(r.headers, r.body, secret)
     }
 
-    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
-        Some(body_key(body))
-    }
-
     fn credential_headers(&self) -> &'static [&'static str] {
-        &[SIGNATURE_HEADER]
-    }
-
-    fn secret_headers(&self) -> &'static [&'static str] {
         &[SIGNATURE_HEADER]
     }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::headers::{Headers, get};
 use super::json::{self, push_unique, text, texts, unique};
 use super::mentions;
-use super::signature::{body_key, hmac_sha256, require_secret, verify_hex_hmac};
+use super::signature::{hmac_sha256, require_secret, verify_hex_hmac};
 use super::{Inbound, Notification, Source, WebhookError};
 use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
 
@@ -184,20 +184,12 @@ impl WebhookSource for Github {
     }
 
     fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
-        vec![SecretRef {
-            name: SECRET_NAME,
-            seat: None,
-            path: SECRET_KEY.to_owned(),
-            raw: company
-                .integrations
-                .github
-                .as_ref()
-                .and_then(|c| c.webhook_secret.as_ref()),
-        }]
-    }
-
-    fn secret_fields(&self) -> &'static [&'static str] {
-        &["webhook_secret", "token"]
+        let raw = company
+            .integrations
+            .github
+            .as_ref()
+            .and_then(|c| c.webhook_secret.as_ref());
+        vec![SecretRef::company(SECRET_NAME, SECRET_KEY, raw)]
     }
 
     fn receive(
@@ -209,15 +201,7 @@ impl WebhookSource for Github {
         receive(r.headers, r.body, secret)
     }
 
-    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
-        Some(body_key(body))
-    }
-
     fn credential_headers(&self) -> &'static [&'static str] {
-        &[SIGNATURE_HEADER]
-    }
-
-    fn secret_headers(&self) -> &'static [&'static str] {
         &[SIGNATURE_HEADER]
     }
 

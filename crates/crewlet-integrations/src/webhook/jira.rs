@@ -200,20 +200,12 @@ impl WebhookSource for Jira {
     }
 
     fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
-        vec![SecretRef {
-            name: SECRET_NAME,
-            seat: None,
-            path: SECRET_KEY.to_owned(),
-            raw: company
-                .integrations
-                .jira
-                .as_ref()
-                .and_then(|c| c.webhook_secret.as_ref()),
-        }]
-    }
-
-    fn secret_fields(&self) -> &'static [&'static str] {
-        &["webhook_secret", "token"]
+        let raw = company
+            .integrations
+            .jira
+            .as_ref()
+            .and_then(|c| c.webhook_secret.as_ref());
+        vec![SecretRef::company(SECRET_NAME, SECRET_KEY, raw)]
     }
 
     fn receive(
@@ -225,15 +217,7 @@ impl WebhookSource for Jira {
         receive(r.headers, r.body, secret)
     }
 
-    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
-        Some(body_key(body))
-    }
-
     fn credential_headers(&self) -> &'static [&'static str] {
-        &[SIGNATURE_HEADER]
-    }
-
-    fn secret_headers(&self) -> &'static [&'static str] {
         &[SIGNATURE_HEADER]
     }
 

@@ -164,20 +164,12 @@ impl WebhookSource for Plane {
     }
 
     fn secrets<'c>(&self, company: &'c Company, _org: &'c Organization) -> Vec<SecretRef<'c>> {
-        vec![SecretRef {
-            name: SECRET_NAME,
-            seat: None,
-            path: SECRET_KEY.to_owned(),
-            raw: company
-                .integrations
-                .plane
-                .as_ref()
-                .and_then(|c| c.webhook_secret.as_ref()),
-        }]
-    }
-
-    fn secret_fields(&self) -> &'static [&'static str] {
-        &["webhook_secret", "token"]
+        let raw = company
+            .integrations
+            .plane
+            .as_ref()
+            .and_then(|c| c.webhook_secret.as_ref());
+        vec![SecretRef::company(SECRET_NAME, SECRET_KEY, raw)]
     }
 
     fn receive(
@@ -189,15 +181,7 @@ impl WebhookSource for Plane {
         receive(r.headers, r.body, secret)
     }
 
-    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
-        Some(body_key(body))
-    }
-
     fn credential_headers(&self) -> &'static [&'static str] {
-        &[SIGNATURE_HEADER]
-    }
-
-    fn secret_headers(&self) -> &'static [&'static str] {
         &[SIGNATURE_HEADER]
     }
 

@@ -49,6 +49,18 @@ pub struct SecretRef<'c> {
     pub raw: Option<&'c String>,
 }
 
+impl<'c> SecretRef<'c> {
+    /// A company-wide secret (not a seat's), at `path` in the YAML.
+    pub fn company(name: &'static str, path: impl Into<String>, raw: Option<&'c String>) -> Self {
+        Self {
+            name,
+            seat: None,
+            path: path.into(),
+            raw,
+        }
+    }
+}
+
 /// The webhook secrets of one company revision, expanded.
 #[derive(Debug, Default, Clone)]
 pub struct WebhookSecrets {

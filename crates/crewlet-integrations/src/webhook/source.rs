@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use crewlet_config::{Company, Contact, Organization, RoleIntegrations, UnitIntegrations};
 
 use super::secrets::{SecretRef, WebhookSecrets};
+use super::signature::body_key;
 use super::{Headers, Inbound, Source, WebhookError};
 use super::{confluence, github, gitlab, jira, plane, slack};
 
@@ -36,8 +37,11 @@ pub trait WebhookSource: Send + Sync + 'static {
 
     /// Company YAML fields holding this source's credentials (webhook
     /// secrets and account tokens): `crewlet-telemetry` redacts every value
-    /// under these keys (a test asserts its list covers them).
-    fn secret_fields(&self) -> &'static [&'static str];
+    /// under these keys (a test asserts its list covers them). Most sources
+    /// sign with a `webhook_secret` and call their API with a `token`.
+    fn secret_fields(&self) -> &'static [&'static str] {
+        &["webhook_secret", "token"]
+    }
 
     // --- verification ----------------------------------------------------
 
@@ -49,8 +53,12 @@ pub trait WebhookSource: Send + Sync + 'static {
         secrets: &WebhookSecrets,
     ) -> Result<Inbound, WebhookError>;
 
-    /// The second dedupe key of a verified delivery (see [`super::replay_key`]).
-    fn replay_key(&self, headers: &dyn Headers, body: &[u8]) -> Option<String>;
+    /// The second dedupe key of a verified delivery (see
+    /// [`super::replay_key`]): by default the digest of the signed body,
+    /// since a replayed delivery is the same bytes.
+    fn replay_key(&self, _headers: &dyn Headers, body: &[u8]) -> Option<String> {
+        Some(body_key(body))
+    }
 
     /// `Err(reason)` when the seat `handle` has no route on this source at
     /// all (404): Slack retries a 503 for ever, so a seat without its own
@@ -66,7 +74,10 @@ pub trait WebhookSource: Send + Sync + 'static {
     fn credential_headers(&self) -> &'static [&'static str];
 
     /// Headers that carry a signature or token: never copied into events.
-    fn secret_headers(&self) -> &'static [&'static str];
+    /// By default every credential header is one.
+    fn secret_headers(&self) -> &'static [&'static str] {
+        self.credential_headers()
+    }
 
     /// Headers that identify a delivery (event name, delivery id, retry
     /// count), copied into the `raw_webhook` event.
