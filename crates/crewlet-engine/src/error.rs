@@ -23,6 +23,11 @@ pub enum EngineError {
     #[error(transparent)]
     Api(#[from] ApiError),
 
+    /// The queue or the stores named by the bootstrap could not be
+    /// connected, or a command needs a database there is none of.
+    #[error(transparent)]
+    Backend(#[from] crewlet_backends::BackendError),
+
     /// The stored company revision does not parse as a company any more.
     #[error("company revision {revision_id} cannot be read: {reason}")]
     BadRevision { revision_id: i64, reason: String },
@@ -35,11 +40,6 @@ pub enum EngineError {
         reason: String,
     },
 
-    /// A command that works on the database was run without one.
-    #[error(
-        "`{command}` needs providers.database in the bootstrap config (or CREWLET_PROVIDERS__DATABASE__DSN): without a database nothing is stored between processes"
-    )]
-    NeedsDatabase { command: &'static str },
 
     /// The configuration asks for something this build cannot do.
     #[error("{0}")]
@@ -52,18 +52,6 @@ pub enum EngineError {
     /// Anything else, with its cause.
     #[error("{0}")]
     Other(String),
-}
-
-impl From<crewlet_backends::BackendError> for EngineError {
-    fn from(e: crewlet_backends::BackendError) -> Self {
-        use crewlet_backends::BackendError as B;
-        match e {
-            B::Queue(e) => Self::Queue(e),
-            B::Store(e) => Self::Store(e),
-            B::NeedsDatabase { command } => Self::NeedsDatabase { command },
-            B::Unsupported(reason) => Self::Unsupported(reason),
-        }
-    }
 }
 
 impl EngineError {
