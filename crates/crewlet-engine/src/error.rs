@@ -40,7 +40,6 @@ pub enum EngineError {
         reason: String,
     },
 
-
     /// The configuration asks for something this build cannot do.
     #[error("{0}")]
     Unsupported(String),

@@ -13,7 +13,7 @@ pub enum TurnError {
     Llm(#[from] LlmError),
     #[error(
         "{budget_type} token budget exhausted: {used} of {max} tokens used",
-        budget_type = match refusal.budget_type { crewlet_store::BudgetType::Org => "org", crewlet_store::BudgetType::Agent => "agent" },
+        budget_type = refusal.budget_type.as_str(),
         used = refusal.used_tokens,
         max = refusal.max_tokens
     )]

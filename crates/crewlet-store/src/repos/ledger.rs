@@ -21,6 +21,16 @@ pub enum BudgetType {
     Agent,
 }
 
+impl BudgetType {
+    /// The serde name: `org` or `agent`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetType::Org => "org",
+            BudgetType::Agent => "agent",
+        }
+    }
+}
+
 /// One LLM completion's tokens, charged to the org and the agent at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetCharge {

@@ -12,7 +12,7 @@ use crewlet_core::payload::{
 };
 use crewlet_core::{EventPayload, TraceContext};
 use crewlet_llm::{LlmError, LlmProvider, Usage};
-use crewlet_store::{BudgetRefusal, BudgetType};
+use crewlet_store::BudgetRefusal;
 
 use super::ctx::{PhaseCtx, TurnCtx};
 use super::{GuardKind, TurnDecision, TurnEngine, TurnFailure, ms};
@@ -153,7 +153,7 @@ impl TurnEngine {
         pc: &PhaseCtx<'_, '_>,
         refusal: &BudgetRefusal,
     ) {
-        let budget_type = budget_type_str(refusal.budget_type);
+        let budget_type = refusal.budget_type.as_str();
         let payload = BudgetExhausted {
             budget_type: budget_type.to_owned(),
             used_tokens: refusal.used_tokens,
@@ -277,12 +277,5 @@ fn trigger_summary(trigger: &Trigger) -> TriggerSummary {
         task_id: trigger.task_id.clone(),
         delegation_depth: trigger.delegation_depth,
         summary,
-    }
-}
-
-fn budget_type_str(t: BudgetType) -> &'static str {
-    match t {
-        BudgetType::Org => "org",
-        BudgetType::Agent => "agent",
     }
 }
