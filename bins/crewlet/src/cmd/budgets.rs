@@ -1,7 +1,6 @@
 //! `crewlet budgets show|reset`: the token budget ledger in the database of
 //! the bootstrap config. The work is done by `crewlet_engine::admin`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -11,16 +10,8 @@ use crewlet_engine::admin;
 pub struct Args {
     #[command(subcommand)]
     pub cmd: BudgetsCommand,
-    /// The Tier A bootstrap file (config.yaml) naming the database;
-    /// `CREWLET_*` variables override it.
-    #[arg(
-        long,
-        short = 'c',
-        global = true,
-        env = "CREWLET_CONFIG",
-        value_name = "CONFIG"
-    )]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub database: super::DatabaseArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -41,18 +32,14 @@ pub enum BudgetsCommand {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    super::with_stores(
-        args.config.as_deref(),
-        "crewlet budgets",
-        |_, stores| async move {
-            let text = match args.cmd {
-                BudgetsCommand::Show { json } => admin::budgets_show(&stores, json).await?,
-                BudgetsCommand::Reset { scopes, all } => {
-                    admin::budgets_reset(&stores, &scopes, all).await?
-                }
-            };
-            print!("{text}");
-            Ok(ExitCode::SUCCESS)
-        },
-    )
+    super::with_stores(&args.database, "crewlet budgets", |_, stores| async move {
+        let text = match args.cmd {
+            BudgetsCommand::Show { json } => admin::budgets_show(&stores, json).await?,
+            BudgetsCommand::Reset { scopes, all } => {
+                admin::budgets_reset(&stores, &scopes, all).await?
+            }
+        };
+        print!("{text}");
+        Ok(ExitCode::SUCCESS)
+    })
 }

@@ -12,16 +12,8 @@ use crewlet_engine::admin::{self, DiffSide, ExportFormat};
 pub struct Args {
     #[command(subcommand)]
     pub cmd: ConfigCommand,
-    /// The Tier A bootstrap file (config.yaml) naming the database;
-    /// `CREWLET_*` variables override it.
-    #[arg(
-        long,
-        short = 'c',
-        global = true,
-        env = "CREWLET_CONFIG",
-        value_name = "CONFIG"
-    )]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub database: super::DatabaseArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -82,7 +74,7 @@ pub enum Format {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     super::with_stores(
-        args.config.as_deref(),
+        &args.database,
         "crewlet config",
         |bootstrap, stores| async move {
             let (text, code) = match args.cmd {

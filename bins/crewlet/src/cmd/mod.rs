@@ -10,7 +10,7 @@ mod schema;
 mod validate;
 
 use std::future::Future;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -62,11 +62,26 @@ pub fn run(cli: Cli) -> ExitCode {
     })
 }
 
+/// The `--config` of the commands that work on the database.
+#[derive(Debug, clap::Args)]
+pub struct DatabaseArgs {
+    /// The Tier A bootstrap file (config.yaml) naming the database;
+    /// `CREWLET_*` variables override it.
+    #[arg(
+        long,
+        short = 'c',
+        global = true,
+        env = "CREWLET_CONFIG",
+        value_name = "CONFIG"
+    )]
+    pub config: Option<PathBuf>,
+}
+
 /// The preamble of the commands that work on the database (`config`,
 /// `budgets`): load the bootstrap, start a runtime, open (and migrate) the
 /// stores it names, then run `work` with both.
 fn with_stores<F, Fut>(
-    config: Option<&Path>,
+    database: &DatabaseArgs,
     command: &'static str,
     work: F,
 ) -> anyhow::Result<ExitCode>
@@ -74,7 +89,7 @@ where
     F: FnOnce(Bootstrap, Stores) -> Fut,
     Fut: Future<Output = anyhow::Result<ExitCode>>,
 {
-    let bootstrap = Bootstrap::load(config)?;
+    let bootstrap = Bootstrap::load(database.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
