@@ -8,8 +8,9 @@
 //! registered with `crewlet_telemetry::register_secret`, so no log line or
 //! exported span shows it.
 
+use parking_lot::{Mutex, RwLock};
 use std::fmt;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewlet_config::{Company, Organization};
@@ -93,24 +94,18 @@ impl ActiveCompany {
     }
 
     pub fn get(&self) -> Option<Arc<Snapshot>> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current.read().clone()
     }
 
     /// Why the active revision could not be loaded, if it could not.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.last_error.lock().clone()
     }
 
     /// Reads the active revision and reloads when it changed.
     pub async fn refresh(&self) {
         let _one = self.refreshing.lock().await;
-        *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self.last_refresh.lock() = Some(Instant::now());
         let active = match self.configs.active().await {
             Ok(a) => a,
             Err(e) => {
@@ -119,7 +114,7 @@ impl ActiveCompany {
             }
         };
         let Some(revision) = active else {
-            *self.current.write().unwrap_or_else(|p| p.into_inner()) = None;
+            *self.current.write() = None;
             return;
         };
         if let Some(cur) = self.get()
@@ -136,12 +131,12 @@ impl ActiveCompany {
                     seats = s.org.seats().len(),
                     "company revision loaded"
                 );
-                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(s));
+                *self.last_error.lock() = None;
+                *self.current.write() = Some(Arc::new(s));
             }
             Err(e) => {
                 warn!(error = %e, "keeping the previously loaded company revision");
-                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                *self.last_error.lock() = Some(e);
             }
         }
     }
@@ -151,7 +146,6 @@ impl ActiveCompany {
         let recent = self
             .last_refresh
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|t| t.elapsed() < min_gap);
         if !recent {
             self.refresh().await;

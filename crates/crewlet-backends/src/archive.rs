@@ -18,8 +18,9 @@
 //! Writes are idempotent (`ON CONFLICT DO NOTHING` on the event id), so an
 //! event stored twice on the way is stored once.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -137,7 +138,7 @@ impl EventArchive {
     }
 
     fn bypassing(&self) -> bool {
-        let mut until = self.bypass_until.lock().unwrap_or_else(|p| p.into_inner());
+        let mut until = self.bypass_until.lock();
         match *until {
             Some(t) if Instant::now() < t => true,
             Some(_) => {
@@ -149,8 +150,7 @@ impl EventArchive {
     }
 
     fn start_bypass(&self) {
-        *self.bypass_until.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Instant::now() + BYPASS_AFTER_FAILURE);
+        *self.bypass_until.lock() = Some(Instant::now() + BYPASS_AFTER_FAILURE);
     }
 
     async fn store_inline(&self, topic: &str, event: &Event) {

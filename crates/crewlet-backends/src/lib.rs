@@ -18,7 +18,8 @@ pub mod archive;
 mod connect;
 mod error;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use crewlet_config::Bootstrap;
 use crewlet_queue::{EventQueue, MemoryQueue, QueueError};
@@ -151,11 +152,7 @@ impl Backends {
     /// Leaves the `event-store` group joined at connect (what is not stored
     /// yet stays on the broker) and shuts the queue down.
     pub async fn close(&self) {
-        let members = self
-            .members
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let members = self.members.lock().take();
         if let Some(members) = members {
             members.close().await;
         }

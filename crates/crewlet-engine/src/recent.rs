@@ -1,9 +1,9 @@
 //! A bounded set of recently handled ids: delivery is at least once, so
 //! consumers remember what they already did.
 
+use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
 
 /// Remembers the last `capacity` ids.
 #[derive(Debug)]
@@ -21,16 +21,12 @@ impl<T: Eq + Hash + Clone> RecentIds<T> {
     }
 
     pub fn contains(&self, id: &T) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .contains(id)
+        self.inner.lock().0.contains(id)
     }
 
     /// Records `id`; `false` when it was already there.
     pub fn insert(&self, id: T) -> bool {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock();
         let (set, order) = &mut *guard;
         if !set.insert(id.clone()) {
             return false;

@@ -34,9 +34,10 @@
 //! `crewlet_integrations::RawWebhook`, and the router's own records are the
 //! typed [`ExternalNotification`] and [`NotificationSkipped`].
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use crewlet_config::{Company, Organization, Seat, SeatKind};
@@ -364,12 +365,7 @@ impl NotificationRouter {
             stopping: &self.stopping,
         };
         // Seen before: unless it is ours, claimed by a publish that failed.
-        let let_through = || {
-            self.unpublished
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&event.id)
-        };
+        let let_through = || self.unpublished.lock().remove(&event.id);
         let claim = match dedupe::claim(&store, ROUTER_CLAIM_SOURCE, &keys, let_through).await {
             Claim::New(claim) => claim,
             Claim::Seen { .. } => {
@@ -422,10 +418,7 @@ impl NotificationRouter {
                 // or by another engine); remember it locally if even that failed.
                 for release in &failed.unreleased {
                     warn!(error = %release, "cannot release the routing claim");
-                    self.unpublished
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(event.id);
+                    self.unpublished.lock().insert(event.id);
                 }
                 Err(failed.error)
             }

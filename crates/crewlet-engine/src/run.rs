@@ -23,10 +23,11 @@
 //!    finish within the drain timeout), the API stops, the queue node shuts
 //!    down.
 
+use parking_lot::RwLock;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crewlet_api::{AgentView, ApiBuilder, EngineView, ToolView};
@@ -93,14 +94,11 @@ pub struct EngineSlot {
 
 impl EngineSlot {
     fn get(&self) -> Option<Engine> {
-        self.engine
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.engine.read().clone()
     }
 
     fn set(&self, engine: Option<Engine>) {
-        *self.engine.write().unwrap_or_else(|p| p.into_inner()) = engine;
+        *self.engine.write() = engine;
     }
 }
 

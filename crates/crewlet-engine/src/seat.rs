@@ -6,8 +6,9 @@
 //! turn at a time and later work waits in the durable inbox. A global
 //! semaphore (`turn_engine.max_concurrent_turns`) caps turns across seats.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -79,8 +80,8 @@ impl SeatRuntime {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Status> {
+        self.status.lock()
     }
 
     pub fn state(&self) -> SeatState {

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::Server;
 use crate::rpc::response;
-use crate::{Server, lock};
 
 pub(crate) async fn run_http(server: Arc<Server>, addr: &str) -> i32 {
     let listener = match TcpListener::bind(addr).await {
@@ -129,12 +129,12 @@ async fn serve_connection(server: Arc<Server>, stream: TcpStream) -> std::io::Re
     let session = req.header("mcp-session-id").map(str::to_string);
     let known = |s: &Option<String>| {
         s.as_ref()
-            .is_some_and(|s| lock(&server.sessions).contains(s))
+            .is_some_and(|s| server.sessions.lock().contains(s))
     };
     match req.method.as_str() {
         "DELETE" => {
             if let Some(s) = &session {
-                lock(&server.sessions).remove(s);
+                server.sessions.lock().remove(s);
             }
             return write_response(&mut stream, "200 OK", &[], b"").await;
         }
@@ -178,7 +178,7 @@ async fn serve_connection(server: Arc<Server>, stream: TcpStream) -> std::io::Re
     if is_initialize {
         let n = server.counter.fetch_add(1, Ordering::SeqCst);
         let new_session = format!("session-{}-{n}", std::process::id());
-        lock(&server.sessions).insert(new_session.clone());
+        server.sessions.lock().insert(new_session.clone());
         headers.push(("Mcp-Session-Id", new_session));
     }
     let reply = response(id, answer.outcome);

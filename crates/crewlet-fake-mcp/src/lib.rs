@@ -20,10 +20,11 @@
 //! - `FAKE_MCP_TEST_TOOLS=1`: adds `sleep {ms}`, `whoami` and
 //!   `forget_sessions` for transport tests.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -107,10 +108,6 @@ pub async fn run(args: Vec<String>) -> i32 {
         }
         None => run_stdio(server).await,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn now_ms() -> u128 {

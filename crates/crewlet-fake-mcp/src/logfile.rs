@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::{Server, lock};
+use crate::Server;
 
 /// The lines of `text` that end in a newline (a line still being written
 /// by another process has none yet).
@@ -42,7 +42,7 @@ impl Server {
         let Some(path) = &self.config.log else { return };
         let mut text = line.to_string();
         text.push('\n');
-        let _guard = lock(&self.log_lock);
+        let _guard = self.log_lock.lock();
         let written = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -57,7 +57,7 @@ impl Server {
         let Some(path) = &self.config.log else {
             return Vec::new();
         };
-        let _guard = lock(&self.log_lock);
+        let _guard = self.log_lock.lock();
         let text = std::fs::read_to_string(path).unwrap_or_default();
         // A line another process has not finished is left for the next read;
         // a finished line that is not JSON is a bug in this server, skipped here.

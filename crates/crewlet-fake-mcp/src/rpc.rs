@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::{DEFAULT_PROTOCOL, KNOWN_PROTOCOLS, SERVER_NAME, Server, lock, now_ms};
+use crate::{DEFAULT_PROTOCOL, KNOWN_PROTOCOLS, SERVER_NAME, Server, now_ms};
 
 /// An answer: a JSON-RPC result or error, plus notifications to send first.
 pub(crate) struct Answer {
@@ -191,7 +191,7 @@ impl Server {
                 text_result(info.to_string(), Some(info), false)
             }
             "forget_sessions" if test_tool => {
-                lock(&self.sessions).clear();
+                self.sessions.lock().clear();
                 text_result("forgot every session".into(), None, false)
             }
             "announce_tools_changed" if test_tool => {

@@ -6,7 +6,8 @@
 //! refusal up to 6 times. When every key is cooling the provider has no
 //! credentials left and the caller falls back to the next provider.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::{ApiKey, LlmError};
@@ -122,10 +123,7 @@ impl KeyPool {
     fn lock(&self) -> MutexGuard<'_, PoolState> {
         // A poisoned lock only means a panic elsewhere mid-update of plain
         // counters; the counters are still meaningful.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.state.lock()
     }
 
     fn cool(&self, index: usize, until: Instant) {

@@ -1,10 +1,11 @@
 //! What every backend's node shares: publish listeners, paused groups, the
 //! shutdown signal and the registry of running members.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 
 use crewlet_core::Event;
 use futures::FutureExt;
@@ -45,12 +46,6 @@ impl Signal {
     }
 }
 
-/// Locks a std mutex, recovering the data if a panicking thread poisoned it
-/// (every critical section here leaves the data consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// The per-node state both backends embed.
 pub(crate) struct Node {
     pub(crate) delivery: DeliveryOptions,
@@ -82,10 +77,7 @@ impl Node {
     }
 
     pub(crate) fn add_listener(&self, listener: Arc<dyn PublishListener>) {
-        let mut guard = self
-            .listeners
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = self.listeners.write();
         let mut list: Vec<_> = guard.iter().cloned().collect();
         list.push(listener);
         *guard = Arc::from(list);
@@ -97,11 +89,7 @@ impl Node {
         if !self.has_listeners.load(Ordering::Acquire) {
             return;
         }
-        let list = self
-            .listeners
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let list = self.listeners.read().clone();
         for listener in list.iter() {
             match AssertUnwindSafe(listener.on_publish(topic, event))
                 .catch_unwind()
@@ -122,7 +110,7 @@ impl Node {
 
     /// The pause switch of `(topic, group)` on this node (`true` = paused).
     pub(crate) fn pause_switch(&self, topic: &str, group: &str) -> watch::Receiver<bool> {
-        let mut paused = lock(&self.paused);
+        let mut paused = self.paused.lock();
         paused
             .entry((topic.to_owned(), group.to_owned()))
             .or_insert_with(|| watch::channel(false).0)
@@ -130,7 +118,7 @@ impl Node {
     }
 
     pub(crate) fn set_paused(&self, topic: &str, group: &str, value: bool) {
-        let mut paused = lock(&self.paused);
+        let mut paused = self.paused.lock();
         let switch = paused
             .entry((topic.to_owned(), group.to_owned()))
             .or_insert_with(|| watch::channel(false).0);
@@ -141,7 +129,7 @@ impl Node {
     /// move into the task so that it unregisters however the task ends.
     pub(crate) fn member_guard(self: &Arc<Self>) -> MemberGuard {
         let id = self.next_member.fetch_add(1, Ordering::Relaxed);
-        lock(&self.members).insert(id, None);
+        self.members.lock().insert(id, None);
         MemberGuard {
             node: self.clone(),
             id,
@@ -149,7 +137,7 @@ impl Node {
     }
 
     pub(crate) fn set_abort_handle(&self, id: u64, handle: AbortHandle) {
-        if let Some(slot) = lock(&self.members).get_mut(&id) {
+        if let Some(slot) = self.members.lock().get_mut(&id) {
             *slot = Some(handle);
         }
     }
@@ -162,14 +150,14 @@ impl Node {
             let changed = self.members_changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if lock(&self.members).is_empty() {
+            if self.members.lock().is_empty() {
                 return ShutdownReport::default();
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 break;
             }
         }
-        let members = std::mem::take(&mut *lock(&self.members));
+        let members = std::mem::take(&mut *self.members.lock());
         let abandoned = members.len();
         for handle in members.into_values().flatten() {
             handle.abort();
@@ -189,7 +177,7 @@ pub(crate) struct MemberGuard {
 
 impl Drop for MemberGuard {
     fn drop(&mut self) {
-        lock(&self.node.members).remove(&self.id);
+        self.node.members.lock().remove(&self.id);
         self.node.members_changed.notify_waiters();
     }
 }

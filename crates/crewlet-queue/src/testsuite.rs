@@ -12,9 +12,10 @@
 //! assert on speed; they wait (bounded by [`QueueFactory::patience`]) for what
 //! must happen and wait a short grace period for what must not.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -83,16 +84,16 @@ impl Recorder {
     }
 
     pub fn record(&self, d: Delivery) {
-        crate::node::lock(&self.seen).push(d);
+        self.seen.lock().push(d);
         self.changed.notify_waiters();
     }
 
     pub fn seen(&self) -> Vec<Delivery> {
-        crate::node::lock(&self.seen).clone()
+        self.seen.lock().clone()
     }
 
     pub fn len(&self) -> usize {
-        crate::node::lock(&self.seen).len()
+        self.seen.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -155,7 +156,8 @@ impl StreamTap {
         let (s, c) = (seen.clone(), changed.clone());
         let task = tokio::spawn(async move {
             while let Some(item) = stream.recv().await {
-                crate::node::lock(&s).push((item.topic.to_string(), (*item.event).clone()));
+                s.lock()
+                    .push((item.topic.to_string(), (*item.event).clone()));
                 c.notify_waiters();
             }
         });
@@ -167,7 +169,7 @@ impl StreamTap {
     }
 
     fn seen(&self) -> Vec<(String, Event)> {
-        crate::node::lock(&self.seen).clone()
+        self.seen.lock().clone()
     }
 
     async fn wait_until(
@@ -708,7 +710,7 @@ struct Recording(Mutex<Vec<(String, Uuid)>>);
 #[async_trait]
 impl PublishListener for Recording {
     async fn on_publish(&self, topic: &str, event: &Event) -> Result<(), HandlerError> {
-        crate::node::lock(&self.0).push((topic.to_owned(), event.id));
+        self.0.lock().push((topic.to_owned(), event.id));
         Ok(())
     }
 }
@@ -747,7 +749,7 @@ pub async fn listeners_run_and_never_fail_publish(f: &dyn QueueFactory) {
     let e = test_event("listened");
     publish_ok(&*q, &topic, &e).await;
     assert_eq!(
-        crate::node::lock(&recording.0).clone(),
+        recording.0.lock().clone(),
         vec![(topic.clone(), e.id)],
         "listener ran inline"
     );
@@ -756,7 +758,7 @@ pub async fn listeners_run_and_never_fail_publish(f: &dyn QueueFactory) {
     rec.wait_for(2, f.patience(), "delivery despite failing listeners")
         .await;
     assert_eq!(
-        crate::node::lock(&recording.0).len(),
+        recording.0.lock().len(),
         1,
         "listeners belong to their node"
     );

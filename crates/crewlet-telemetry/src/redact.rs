@@ -6,9 +6,10 @@
 //! Slack `xox?-…`, GitHub `ghp_…`, GitLab `glpat-…`, AWS `AKIA…`, PEM blocks,
 //! the password in `scheme://user:password@host`, bearer tokens).
 
+use parking_lot::RwLock;
 use std::borrow::Cow;
 use std::io::{self, Write};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
 use tracing_subscriber::fmt::MakeWriter;
@@ -197,7 +198,7 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    let mut guard = GLOBAL.write().unwrap_or_else(|p| p.into_inner());
+    let mut guard = GLOBAL.write();
     let mut next = Redactor::clone(&guard);
     let before = next.len();
     next.add_all(secrets);
@@ -210,7 +211,7 @@ where
 
 /// The process-wide redactor (registered secrets + patterns).
 pub fn global_redactor() -> Arc<Redactor> {
-    GLOBAL.read().unwrap_or_else(|p| p.into_inner()).clone()
+    GLOBAL.read().clone()
 }
 
 /// `text` with every registered secret and credential pattern replaced.

@@ -26,7 +26,7 @@ pub struct BudgetGate<'a> {
     pub agent_handle: &'a str,
     pub limits: BudgetLimits,
     /// The turn's own running total, if the caller keeps one.
-    pub turn_usage: Option<&'a std::sync::Mutex<Usage>>,
+    pub turn_usage: Option<&'a parking_lot::Mutex<Usage>>,
     /// How long a charge is retried while the ledger's database is
     /// unavailable, before the turn fails as `store_unavailable` (and the
     /// engine puts its task back in the inbox).
@@ -39,7 +39,7 @@ impl BudgetGate<'_> {
     pub async fn charge(&self, usage: &Usage) -> Result<(), TurnError> {
         self.tracker.record(self.agent_id, self.agent_handle, usage);
         if let Some(turn) = self.turn_usage {
-            turn.lock().unwrap_or_else(|p| p.into_inner()).add(usage);
+            turn.lock().add(usage);
         }
         let tokens = usage.total();
         let charge = BudgetCharge {

@@ -1,7 +1,7 @@
 //! Where a turn's events go. The engine adapts [`EventSink`] to the queue;
 //! this crate never sees the queue.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -25,8 +25,8 @@ impl MemoryEventSink {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Event>> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<Event>> {
+        self.events.lock()
     }
 
     pub fn events(&self) -> Vec<Event> {

@@ -1,8 +1,9 @@
 //! The tools of a company and which roles see which.
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 
@@ -53,11 +54,11 @@ impl ToolRegistry {
     }
 
     fn read(&self) -> RwLockReadGuard<'_, IndexMap<String, Entry>> {
-        self.entries.read().unwrap_or_else(|p| p.into_inner())
+        self.entries.read()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, IndexMap<String, Entry>> {
-        self.entries.write().unwrap_or_else(|p| p.into_inner())
+        self.entries.write()
     }
 
     /// Adds a tool; a second tool of the same name is an error.

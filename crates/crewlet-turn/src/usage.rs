@@ -1,7 +1,7 @@
 //! Tokens used, per agent and for the whole engine, readable at run time.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 
 use crewlet_core::AgentId;
 use crewlet_llm::Usage;
@@ -64,8 +64,8 @@ impl UsageTracker {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     pub fn record(&self, agent_id: AgentId, handle: &str, usage: &Usage) {

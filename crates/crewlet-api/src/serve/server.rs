@@ -2,12 +2,13 @@
 //! to admit a new one), accept-error backoff, and each connection's
 //! header-read and idle deadlines.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::ErrorKind;
 use std::pin::pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -116,8 +117,8 @@ impl Server {
         self.cap - self.permits.available_permits()
     }
 
-    fn connections(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    fn connections(&self) -> parking_lot::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
+        self.open.lock()
     }
 
     /// Closes the connection that has been waiting for a request the

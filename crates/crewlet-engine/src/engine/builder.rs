@@ -2,9 +2,10 @@
 //! of [`EngineBuilder::start`] as named steps (see the module docs of
 //! [`crate::engine`] for the order and why).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -21,7 +22,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::profile::seat_profile;
-use super::{EVENT_SOURCE, Engine, EngineOptions, Shared, lock};
+use super::{EVENT_SOURCE, Engine, EngineOptions, Shared};
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
 use crate::llm::build_registry;
@@ -316,7 +317,7 @@ impl Engine {
         let mut failed = None;
         for r in subscribed {
             match r {
-                Ok((handle, sub)) => lock(&self.shared.subscriptions).push((handle, sub)),
+                Ok((handle, sub)) => self.shared.subscriptions.lock().push((handle, sub)),
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
@@ -398,8 +399,11 @@ impl Engine {
                 Arc::new(RouterHandler(router.clone())),
             )
             .await?;
-        lock(&self.shared.subscriptions).push(("router".into(), sub));
-        *lock(&self.shared.router) = Some(router);
+        self.shared
+            .subscriptions
+            .lock()
+            .push(("router".into(), sub));
+        *self.shared.router.lock() = Some(router);
         Ok(())
     }
 
@@ -420,13 +424,13 @@ impl Engine {
         let scheduler = Arc::new(scheduler);
         if options.run_scheduler && company.scheduling.enabled && !scheduler.entries().is_empty() {
             let tick = Duration::from_secs(u64::from(company.scheduling.tick_seconds.max(1)));
-            lock(&self.shared.tasks).push(scheduler.clone().spawn(tick));
+            self.shared.tasks.lock().push(scheduler.clone().spawn(tick));
         }
-        *lock(&self.shared.scheduler) = Some(scheduler);
+        *self.shared.scheduler.lock() = Some(scheduler);
         if let Some(every) = options.maintenance_interval {
             let upkeep = Maintenance::new(self.shared.stores.clone())
                 .gc_webhooks(options.gc_webhook_deliveries);
-            lock(&self.shared.tasks).push(upkeep.spawn(every));
+            self.shared.tasks.lock().push(upkeep.spawn(every));
         }
     }
 
@@ -435,7 +439,10 @@ impl Engine {
         self.shared.ready.store(true, Ordering::Release);
         let (company, org) = (&self.shared.company, &self.shared.org);
         let agents = self.shared.seats.len();
-        let schedules = lock(&self.shared.scheduler)
+        let schedules = self
+            .shared
+            .scheduler
+            .lock()
             .as_ref()
             .map_or(0, |s| s.entries().len());
         info!(

@@ -18,9 +18,10 @@ mod builder;
 mod options;
 mod profile;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -51,10 +52,6 @@ use crate::tools::ToolCatalog;
 
 /// The `source` of the engine's own events.
 const EVENT_SOURCE: &str = "engine";
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 struct Shared {
     company: Arc<Company>,
@@ -156,7 +153,7 @@ impl Engine {
 
     /// The notification router, when this engine runs one.
     pub fn router(&self) -> Option<Arc<NotificationRouter>> {
-        lock(&self.shared.router).clone()
+        self.shared.router.lock().clone()
     }
 
     /// Fires the schedules due in `(after, until]` now (the tick loop does
@@ -166,7 +163,7 @@ impl Engine {
         after: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Vec<FiredTask> {
-        let scheduler = lock(&self.shared.scheduler).clone();
+        let scheduler = self.shared.scheduler.lock().clone();
         match scheduler {
             Some(s) => s.fire_due(after, until).await,
             None => Vec::new(),
@@ -242,11 +239,11 @@ impl Engine {
         let started = Instant::now();
         shared.ready.store(false, Ordering::Release);
         shared.runtime.start_draining();
-        if let Some(router) = lock(&shared.router).as_ref() {
+        if let Some(router) = shared.router.lock().as_ref() {
             router.stop();
         }
         // The scheduler and the store maintenance.
-        for task in lock(&shared.tasks).drain(..) {
+        for task in shared.tasks.lock().drain(..) {
             task.abort();
         }
         let running = shared.runtime.running();
@@ -264,7 +261,7 @@ impl Engine {
                 "turns still running after the drain timeout; their tasks will be redelivered"
             );
         }
-        let subs: Vec<(String, Subscription)> = std::mem::take(&mut *lock(&shared.subscriptions));
+        let subs: Vec<(String, Subscription)> = std::mem::take(&mut *shared.subscriptions.lock());
         let close_all = futures::future::join_all(subs.into_iter().map(|(_, s)| s.close()));
         if tokio::time::timeout(Duration::from_secs(10), close_all)
             .await

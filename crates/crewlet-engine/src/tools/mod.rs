@@ -4,8 +4,9 @@
 pub(crate) mod builtin;
 pub(crate) mod mcp;
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crewlet_api::{ToolAnnotations as ApiAnnotations, ToolView};
 use crewlet_turn::{Tool, ToolRegistry, Visibility};
@@ -32,13 +33,12 @@ impl ToolCatalog {
     pub fn set_provider(&self, name: &str, provider: &str) {
         self.providers
             .write()
-            .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_owned(), provider.to_owned());
     }
 
     /// The tools `handle` sees, or every tool of every agent seat.
     pub fn views(&self, handles: &[&str]) -> Vec<ToolView> {
-        let providers = self.providers.read().unwrap_or_else(|p| p.into_inner());
+        let providers = self.providers.read();
         let mut seen = std::collections::BTreeSet::new();
         let mut out = Vec::new();
         for handle in handles {

@@ -1,5 +1,6 @@
+use parking_lot::RwLock;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -163,11 +164,7 @@ impl McpClient {
 
     /// What the server said about itself in `initialize`.
     pub fn server_info(&self) -> ServerInfo {
-        self.inner
-            .info
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.info.read().clone()
     }
 
     /// True once after the server announced `notifications/tools/list_changed`:
@@ -204,7 +201,7 @@ impl McpClient {
                         after: self.inner.startup_timeout,
                         stderr: String::new(),
                     })??;
-                    *self.inner.info.write().unwrap_or_else(|p| p.into_inner()) = info;
+                    *self.inner.info.write() = info;
                 }
                 self.inner.transport.request(method, params, timeout).await
             }

@@ -1,10 +1,11 @@
 //! Stdio transport: the server is a child process; each JSON-RPC message is
 //! one line on its stdin / stdout; stderr is its log.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -36,7 +37,7 @@ struct Shared {
 
 impl Shared {
     fn insert(&self, id: u64, reply: Reply) -> bool {
-        match lock(&self.pending).as_mut() {
+        match self.pending.lock().as_mut() {
             Some(map) => {
                 map.insert(id, reply);
                 true
@@ -46,31 +47,26 @@ impl Shared {
     }
 
     fn take(&self, id: u64) -> Option<Reply> {
-        lock(&self.pending).as_mut()?.remove(&id)
+        self.pending.lock().as_mut()?.remove(&id)
     }
 
     fn close(&self, reason: String) {
-        let mut reason_slot = lock(&self.close_reason);
+        let mut reason_slot = self.close_reason.lock();
         if reason_slot.is_none() {
             *reason_slot = Some(reason);
         }
         // Dropping the senders wakes every waiter with "closed".
-        lock(&self.pending).take();
+        self.pending.lock().take();
     }
 
     fn stderr_tail(&self) -> String {
-        lock(&self.stderr_tail)
+        self.stderr_tail
+            .lock()
             .iter()
             .cloned()
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
-
-/// A poisoned lock only means another thread panicked mid-update of plain
-/// data; the data is still usable.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Removes a pending request when its caller stops waiting for any reason.
@@ -150,7 +146,7 @@ impl StdioTransport {
     }
 
     fn send(&self, message: &Value) -> bool {
-        match lock(&self.outgoing).as_ref() {
+        match self.outgoing.lock().as_ref() {
             Some(tx) => tx.send(message.to_string()).is_ok(),
             None => false,
         }
@@ -217,7 +213,7 @@ impl StdioTransport {
     async fn exit_status(&self) -> Option<std::process::ExitStatus> {
         for _ in 0..40 {
             {
-                let mut child = lock(&self.child);
+                let mut child = self.child.lock();
                 match child.as_mut().map(Child::try_wait) {
                     Some(Ok(Some(status))) => return Some(status),
                     Some(Ok(None)) => {}
@@ -230,7 +226,10 @@ impl StdioTransport {
     }
 
     pub(crate) async fn closed_error(&self, method: &str) -> McpError {
-        let mut reason = lock(&self.shared.close_reason)
+        let mut reason = self
+            .shared
+            .close_reason
+            .lock()
             .clone()
             .unwrap_or_else(|| "the connection is closed".to_string());
         if let Some(status) = self.exit_status().await {
@@ -246,8 +245,8 @@ impl StdioTransport {
 
     /// Closes stdin, gives the server [`GRACEFUL_EXIT`] to leave, then kills it.
     pub(crate) async fn close(&self) {
-        lock(&self.outgoing).take();
-        let child = lock(&self.child).take();
+        self.outgoing.lock().take();
+        let child = self.child.lock().take();
         if let Some(mut child) = child {
             match tokio::time::timeout(GRACEFUL_EXIT, child.wait()).await {
                 Ok(_) => {}
@@ -385,7 +384,7 @@ async fn stderr_loop(stderr: tokio::process::ChildStderr, shared: Arc<Shared>) {
     while let Ok(Some(line)) = lines.next_line().await {
         let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
         tracing::info!(mcp_server = %shared.server, "{line}");
-        let mut tail = lock(&shared.stderr_tail);
+        let mut tail = shared.stderr_tail.lock();
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();
         }

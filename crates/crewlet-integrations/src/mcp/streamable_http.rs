@@ -3,8 +3,9 @@
 //! or with a `text/event-stream` that ends with the response. The session id
 //! the server returns on `initialize` rides along on every later request.
 
+use parking_lot::RwLock;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -33,11 +34,11 @@ pub(crate) struct HttpTransport {
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
-    lock.read().unwrap_or_else(|p| p.into_inner()).clone()
+    lock.read().clone()
 }
 
 fn write<T>(lock: &RwLock<T>, value: T) {
-    *lock.write().unwrap_or_else(|p| p.into_inner()) = value;
+    *lock.write() = value;
 }
 
 impl HttpTransport {

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::group::Member;
 use super::stream::StreamSink;
 use super::{AbortOnDrop, Broker, MemoryBroker};
-use crate::node::{Node, Signal, lock};
+use crate::node::{Node, Signal};
 use crate::pattern::TopicPattern;
 use crate::topics;
 use crate::{
@@ -116,18 +116,14 @@ impl EventQueue for MemoryQueue {
         });
         {
             // Same lock order as topic creation: topics, then streams.
-            let all = self
-                .broker
-                .topics
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut streams = lock(&self.broker.streams);
+            let all = self.broker.topics.write();
+            let mut streams = self.broker.streams.lock();
             streams.retain(|s| !s.tx.is_closed());
             streams.push(sink.clone());
             drop(streams);
             for topic in all.values() {
                 if sink.pattern.matches(&topic.name) {
-                    lock(&topic.state).streams.push(sink.clone());
+                    topic.state.lock().streams.push(sink.clone());
                 }
             }
         }

@@ -2,13 +2,14 @@
 //! flight and delayed; members taking, settling, nacking and giving mail
 //! back; the member loop that runs a handler.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 
 use super::{Broker, Mail};
-use crate::node::{Node, Signal, Wake, lock, run_handler, wait_while_paused};
+use crate::node::{Node, Signal, Wake, run_handler, wait_while_paused};
 use crate::{Delivery, EventHandler};
 
 /// A durable subscription: its mail waits here while no member is attached.
@@ -33,7 +34,7 @@ pub(super) struct GroupQueue {
 impl Group {
     pub(super) fn push(&self, mail: Mail) {
         let wake = {
-            let mut q = lock(&self.queue);
+            let mut q = self.queue.lock();
             q.ready.push_back(mail);
             Self::take_waiter(&mut q)
         };
@@ -54,7 +55,7 @@ impl Group {
     /// Puts unhandled mail back at the front (a member detached or was cancelled).
     fn give_back(&self, mails: impl DoubleEndedIterator<Item = Mail>) {
         let wake = {
-            let mut q = lock(&self.queue);
+            let mut q = self.queue.lock();
             let mut n = 0;
             for mail in mails.rev() {
                 q.ready.push_front(mail);
@@ -71,7 +72,7 @@ impl Group {
     /// Takes up to `max` messages; `None` when there are none (the caller is
     /// then counted as waiting and must await `notify`).
     fn take(&self, max: usize, into: &mut VecDeque<Mail>) -> bool {
-        let mut q = lock(&self.queue);
+        let mut q = self.queue.lock();
         if q.ready.is_empty() {
             q.waiting += 1;
             return false;
@@ -90,7 +91,7 @@ impl Group {
 
     fn stop_waiting(&self) {
         let wake = {
-            let mut q = lock(&self.queue);
+            let mut q = self.queue.lock();
             q.waiting = q.waiting.saturating_sub(1);
             // Pass on a wake-up this member may have consumed.
             !q.ready.is_empty() && Self::take_waiter(&mut q)
@@ -101,7 +102,7 @@ impl Group {
     }
 
     fn settle(&self) {
-        let mut q = lock(&self.queue);
+        let mut q = self.queue.lock();
         q.in_flight = q.in_flight.saturating_sub(1);
     }
 }
@@ -216,13 +217,13 @@ impl Member {
         }
         tracing::debug!(topic, group, event_id = %mail.event.id, attempt = mail.attempt, %error, "handler failed; redelivering after the delay");
         mail.attempt += 1;
-        lock(&self.group.queue).delayed += 1;
+        self.group.queue.lock().delayed += 1;
         let g = self.group.clone();
         let delay = self.node.delivery.redelivery_delay;
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             {
-                let mut q = lock(&g.queue);
+                let mut q = g.queue.lock();
                 q.delayed = q.delayed.saturating_sub(1);
             }
             g.push(mail);

@@ -7,13 +7,14 @@
 //! simulated processes can compete for one group. Events travel as
 //! `Arc<Event>`: no serialization in memory.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use crewlet_core::Event;
 use tokio::sync::Notify;
 
-use crate::node::{Node, lock};
+use crate::node::Node;
 use crate::topics::{self, DEAD_LETTER_GROUP};
 use crate::{DeadLetter, DeliveryOptions, QueueError};
 
@@ -112,20 +113,16 @@ impl MemoryBroker {
     /// in a handler); `None` when that subscription does not exist.
     pub fn backlog(&self, topic: &str, group: &str) -> Option<usize> {
         let topic = self.inner.existing_topic(topic)?;
-        let state = lock(&topic.state);
+        let state = topic.state.lock();
         let group = state.groups.iter().find(|g| &*g.name == group)?;
-        let q = lock(&group.queue);
+        let q = group.queue.lock();
         Some(q.ready.len() + q.in_flight + q.delayed)
     }
 }
 
 impl Broker {
     fn existing_topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(name)
-            .cloned()
+        self.topics.read().get(name).cloned()
     }
 
     fn topic(&self, name: &str) -> Result<Arc<Topic>, QueueError> {
@@ -133,15 +130,12 @@ impl Broker {
             return Ok(t);
         }
         topics::validate_topic(name)?;
-        let mut all = self
-            .topics
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all = self.topics.write();
         if let Some(t) = all.get(name) {
             return Ok(t.clone());
         }
         let name: Arc<str> = Arc::from(name);
-        let mut streams = lock(&self.streams);
+        let mut streams = self.streams.lock();
         streams.retain(|s| !s.tx.is_closed());
         let state = TopicState {
             streams: streams
@@ -167,7 +161,7 @@ impl Broker {
         dead_letter: Option<Arc<DeadLetter>>,
     ) -> Result<(), QueueError> {
         let topic = self.topic(topic)?;
-        let mut state = lock(&topic.state);
+        let mut state = topic.state.lock();
         let mail = Mail {
             event: event.clone(),
             attempt: 1,
@@ -193,7 +187,7 @@ impl Broker {
     fn group(&self, topic: &str, group: &str) -> Result<Arc<Group>, QueueError> {
         topics::validate_group(topic, group)?;
         let topic = self.topic(topic)?;
-        let mut state = lock(&topic.state);
+        let mut state = topic.state.lock();
         if let Some(g) = state.groups.iter().find(|g| &*g.name == group) {
             return Ok(g.clone());
         }

@@ -9,7 +9,6 @@ use tokio::sync::mpsc;
 
 use super::Broker;
 use crate::StreamEvent;
-use crate::node::lock;
 use crate::pattern::TopicPattern;
 
 pub(super) struct StreamSink {
@@ -38,13 +37,10 @@ impl StreamSink {
 
 impl Broker {
     pub(super) fn remove_stream(&self, sink: &Arc<StreamSink>) {
-        let all = self
-            .topics
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        lock(&self.streams).retain(|s| !Arc::ptr_eq(s, sink));
+        let all = self.topics.read();
+        self.streams.lock().retain(|s| !Arc::ptr_eq(s, sink));
         for topic in all.values() {
-            lock(&topic.state).streams.retain(|s| !Arc::ptr_eq(s, sink));
+            topic.state.lock().streams.retain(|s| !Arc::ptr_eq(s, sink));
         }
     }
 }

@@ -56,13 +56,13 @@ async fn retention_is_bounded_and_replayed_to_a_new_group() -> Result<(), QueueE
             "crewlet.t",
             "g",
             handler_fn(move |d| {
-                lock(&s).push(d.event.summary.clone());
+                s.lock().push(d.event.summary.clone());
                 async { Ok(()) }
             }),
         )
         .await?;
-    until(|| lock(&seen).len() == 3).await;
-    assert_eq!(*lock(&seen), vec!["2", "3", "4"]);
+    until(|| seen.lock().len() == 3).await;
+    assert_eq!(*seen.lock(), vec!["2", "3", "4"]);
     Ok(())
 }
 
@@ -113,7 +113,7 @@ async fn backlog_counts_unacked_mail_and_dead_letters_are_kept() -> Result<(), Q
             &dlq,
             "inspect",
             handler_fn(move |d| {
-                lock(&o).push(
+                o.lock().push(
                     d.dead_letter
                         .as_ref()
                         .map(|i| (i.topic.clone(), i.attempts)),
@@ -122,9 +122,10 @@ async fn backlog_counts_unacked_mail_and_dead_letters_are_kept() -> Result<(), Q
             }),
         )
         .await?;
-    until(|| lock(&origins).len() == 2).await;
+    until(|| origins.lock().len() == 2).await;
     assert!(
-        lock(&origins)
+        origins
+            .lock()
             .iter()
             .all(|o| *o == Some(("crewlet.t".to_owned(), 2)))
     );

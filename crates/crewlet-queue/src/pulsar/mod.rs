@@ -43,7 +43,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 pub use options::PulsarOptions;
 
-use crate::node::{Node, Signal, lock};
+use crate::node::{Node, Signal};
 use crate::topics::{self, DEAD_LETTER_GROUP};
 use crate::{
     BoxError, EventHandler, EventQueue, EventStream, PublishListener, QueueError, ShutdownReport,
@@ -77,7 +77,7 @@ pub(crate) struct Inner {
     /// Per topic this node has made a producer for: the cached producer, or
     /// `None` after a failed send dropped it. Only the first producer of a
     /// topic (no entry yet) waits for a broker that is still starting.
-    producers: std::sync::Mutex<HashMap<String, Option<SharedProducer>>>,
+    producers: parking_lot::Mutex<HashMap<String, Option<SharedProducer>>>,
     dead_letter_keepers: AsyncMutex<HashSet<String>>,
     next_consumer: std::sync::atomic::AtomicU64,
 }
@@ -95,7 +95,7 @@ impl PulsarQueue {
                 client,
                 node: Arc::new(Node::new(options.delivery.clone())),
                 options,
-                producers: std::sync::Mutex::new(HashMap::new()),
+                producers: parking_lot::Mutex::new(HashMap::new()),
                 dead_letter_keepers: AsyncMutex::new(HashSet::new()),
                 next_consumer: std::sync::atomic::AtomicU64::new(0),
             }),
@@ -126,7 +126,7 @@ pub(crate) fn now_millis() -> i64 {
 
 impl Inner {
     fn producer_for(&self, full_topic: &str) -> Option<SharedProducer> {
-        lock(&self.producers).get(full_topic).cloned().flatten()
+        self.producers.lock().get(full_topic).cloned().flatten()
     }
 
     async fn producer(&self, full_topic: &str) -> Result<SharedProducer, pulsar::Error> {
@@ -134,7 +134,7 @@ impl Inner {
             return Ok(p);
         }
         let producer = self.new_producer(full_topic).await?;
-        let mut all = lock(&self.producers);
+        let mut all = self.producers.lock();
         Ok(all
             .entry(full_topic.to_owned())
             .or_default()
@@ -146,7 +146,7 @@ impl Inner {
     /// that is not ready yet (within [`PulsarOptions::startup_retry`]); later
     /// ones, after a failed send, are left to the publish retry policy.
     async fn first_producer(self: &Arc<Self>, full_topic: &str) -> Result<(), BoxError> {
-        if lock(&self.producers).contains_key(full_topic) {
+        if self.producers.lock().contains_key(full_topic) {
             return Ok(());
         }
         let limit = self.options.operation_timeout;
@@ -178,7 +178,7 @@ impl Inner {
     }
 
     fn forget_producer(&self, full_topic: &str) {
-        if let Some(slot) = lock(&self.producers).get_mut(full_topic) {
+        if let Some(slot) = self.producers.lock().get_mut(full_topic) {
             *slot = None;
         }
     }
@@ -445,7 +445,10 @@ impl EventQueue for PulsarQueue {
 
     async fn shutdown(&self) -> ShutdownReport {
         let report = self.inner.node.shutdown_members().await;
-        let producers: Vec<_> = lock(&self.inner.producers)
+        let producers: Vec<_> = self
+            .inner
+            .producers
+            .lock()
             .drain()
             .filter_map(|(_, p)| p)
             .collect();

@@ -1,6 +1,7 @@
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -59,8 +60,8 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Event>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, VecDeque<Event>> {
+        self.queue.lock()
     }
 
     fn drop_events(&self, n: usize) {
@@ -211,7 +212,7 @@ impl BufferedEventStore {
     pub async fn shutdown(&self) -> Result<(), StoreError> {
         self.shared.closing.store(true, Ordering::Release);
         self.shared.wake.notify_one();
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let task = self.task.lock().take();
         if let Some(task) = task {
             let _ = task.await;
         }
@@ -228,7 +229,7 @@ impl Drop for BufferedEventStore {
                 "buffered event store dropped without shutdown; events lost"
             );
         }
-        if let Some(task) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(task) = self.task.lock().take() {
             task.abort();
         }
     }

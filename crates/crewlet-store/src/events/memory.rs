@@ -1,5 +1,5 @@
+use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{Duration, Utc};
@@ -56,8 +56,8 @@ impl MemoryEventStore {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     fn select(&self, keep: impl Fn(&Event) -> bool) -> Vec<Event> {

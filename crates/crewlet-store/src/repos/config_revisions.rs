@@ -2,7 +2,7 @@
 //! exactly one active, optimistic concurrency on the parent revision (the
 //! API's `If-Match`).
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -101,8 +101,8 @@ impl MemoryConfigRevisions {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ConfigRevision>> {
-        self.revisions.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<ConfigRevision>> {
+        self.revisions.lock()
     }
 }
 

@@ -1,8 +1,8 @@
 //! Chat threads an agent follows (`chat_thread_follows`): a reply in a
 //! followed thread wakes the agent without a mention.
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 
@@ -56,8 +56,8 @@ impl MemoryThreadFollows {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<(ThreadRef, String)>> {
-        self.follows.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, BTreeSet<(ThreadRef, String)>> {
+        self.follows.lock()
     }
 }
 

@@ -1,8 +1,8 @@
 //! The token budget ledger (`token_budget_usage`) and lifetime usage
 //! (`token_usage`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -144,10 +144,10 @@ impl MemoryTokenLedger {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryLedgerState> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, MemoryLedgerState> {
         // A panic while holding the lock cannot leave a half-charged ledger
         // (charges are applied after both checks), so poison is harmless.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 }
 

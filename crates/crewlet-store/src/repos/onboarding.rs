@@ -1,7 +1,7 @@
 //! First-turn onboarding markers (`agent_onboarding_markers`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -45,12 +45,7 @@ impl MemoryOnboardingMarkers {
 #[async_trait]
 impl OnboardingMarkers for MemoryOnboardingMarkers {
     async fn get(&self, agent_id: &AgentId) -> Result<Option<OnboardingMarker>, StoreError> {
-        Ok(self
-            .markers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(agent_id)
-            .cloned())
+        Ok(self.markers.lock().get(agent_id).cloned())
     }
 
     async fn mark(
@@ -63,10 +58,7 @@ impl OnboardingMarkers for MemoryOnboardingMarkers {
             chain_hash: chain_hash.to_owned(),
             onboarded_at: Utc::now(),
         };
-        self.markers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(*agent_id, marker.clone());
+        self.markers.lock().insert(*agent_id, marker.clone());
         Ok(marker)
     }
 }

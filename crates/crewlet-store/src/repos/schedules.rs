@@ -1,8 +1,8 @@
 //! At-most-once schedule fires (`scheduled_runs`): every engine process runs
 //! the scheduler; the first to claim a fire runs it.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -44,20 +44,17 @@ impl MemoryScheduledRuns {
 #[async_trait]
 impl ScheduledRuns for MemoryScheduledRuns {
     async fn claim(&self, fire: &ScheduledFire, _claimed_by: &str) -> Result<bool, StoreError> {
-        let mut claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut claimed = self.claimed.lock();
         let fresh = claimed.insert(fire.clone());
         if fresh {
-            self.claimed_at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((fire.clone(), Utc::now()));
+            self.claimed_at.lock().push((fire.clone(), Utc::now()));
         }
         Ok(fresh)
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let mut at = self.claimed_at.lock().unwrap_or_else(|p| p.into_inner());
+        let mut claimed = self.claimed.lock();
+        let mut at = self.claimed_at.lock();
         let mut removed = 0u64;
         at.retain(|(fire, t)| {
             let keep = *t >= before;

@@ -1,8 +1,8 @@
 //! Webhook delivery dedupe (`webhook_deliveries`): providers retry, and a
 //! delivery must be acted on once.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -78,7 +78,7 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
         delivery_key: &str,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock();
         let key = (source.to_owned(), delivery_key.to_owned());
         match seen.get(&key) {
             Some(last) if *last > at - DUPLICATE_WINDOW => Ok(false),
@@ -95,20 +95,20 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
         delivery_key: &str,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = self.seen.lock();
         Ok(seen
             .get(&(source.to_owned(), delivery_key.to_owned()))
             .is_some_and(|last| *last > at - DUPLICATE_WINDOW))
     }
 
     async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError> {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock();
         seen.remove(&(source.to_owned(), delivery_key.to_owned()));
         Ok(())
     }
 
     async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock();
         let before = seen.len();
         seen.retain(|_, t| *t >= at - DELIVERY_RETENTION);
         Ok(u64::try_from(before - seen.len()).unwrap_or(u64::MAX))

@@ -17,10 +17,11 @@
 mod script;
 mod wire;
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -62,10 +63,6 @@ struct Inner {
     requests: Mutex<Vec<RecordedRequest>>,
     recording: AtomicBool,
     ids: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A running fake server; stops when dropped.
@@ -125,24 +122,26 @@ impl FakeLlmServer {
 
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        lock(&self.inner.requests).clone()
+        self.inner.requests.lock().clone()
     }
 
     /// The API key of every request so far, in order.
     pub fn keys_used(&self) -> Vec<Option<String>> {
-        lock(&self.inner.requests)
+        self.inner
+            .requests
+            .lock()
             .iter()
             .map(|r| r.api_key.clone())
             .collect()
     }
 
     pub fn request_count(&self) -> usize {
-        lock(&self.inner.requests).len()
+        self.inner.requests.lock().len()
     }
 
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
-        lock(&self.inner.requests).clear();
+        self.inner.requests.lock().clear();
     }
 
     /// Turns recording on or off (off for long benchmarks).
@@ -152,17 +151,17 @@ impl FakeLlmServer {
 
     /// Replaces the script.
     pub fn set_script(&self, script: Script) {
-        *lock(&self.inner.script) = script;
+        *self.inner.script.lock() = script;
     }
 
     /// Adds a rule at the end of the script.
     pub fn push_rule(&self, when: When, reply: Reply) {
-        lock(&self.inner.script).push(when, reply);
+        self.inner.script.lock().push(when, reply);
     }
 
     /// Adds a rule that is tried before all others.
     pub fn push_front_rule(&self, when: When, reply: Reply) {
-        let mut script = lock(&self.inner.script);
+        let mut script = self.inner.script.lock();
         let mut rules = Script::new().on(when, reply).rules;
         rules.append(&mut script.rules);
         script.rules = rules;
@@ -233,7 +232,7 @@ async fn serve(
     let recording = inner.recording.load(Ordering::Relaxed);
     if json.is_null() {
         if recording {
-            lock(&inner.requests).push(RecordedRequest {
+            inner.requests.lock().push(RecordedRequest {
                 wire,
                 path: path.to_owned(),
                 headers,
@@ -247,9 +246,9 @@ async fn serve(
     }
     let mut seen = wire::seen(wire, &json);
     seen.api_key = key.clone();
-    let picked = lock(&inner.script).answer(&seen);
+    let picked = inner.script.lock().answer(&seen);
     if recording {
-        lock(&inner.requests).push(RecordedRequest {
+        inner.requests.lock().push(RecordedRequest {
             wire,
             path: path.to_owned(),
             headers,

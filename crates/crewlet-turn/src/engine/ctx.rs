@@ -1,7 +1,7 @@
 //! What one turn shares across its phases ([`TurnCtx`]) and what one phase
 //! of one iteration carries through its provider attempts ([`PhaseCtx`]).
 
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 use crewlet_core::TraceContext;
 use crewlet_llm::{Phase, Usage};
@@ -35,11 +35,11 @@ pub(super) struct TurnState {
 
 impl TurnCtx<'_> {
     pub fn state(&self) -> MutexGuard<'_, TurnState> {
-        lock(&self.state)
+        self.state.lock()
     }
 
     pub fn usage(&self) -> Usage {
-        *lock(&self.usage)
+        *self.usage.lock()
     }
 }
 
@@ -50,8 +50,4 @@ pub(super) struct PhaseCtx<'t, 'a> {
     pub span: TraceContext,
     pub phase: Phase,
     pub iteration: u32,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -22,7 +22,8 @@ mod phases;
 mod report;
 mod sequence;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewlet_core::TraceContext;

@@ -1,5 +1,5 @@
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
@@ -16,7 +16,6 @@ impl Claims {
     fn has(&self, source: &str, key: &str) -> bool {
         self.keys
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .contains(&(source.to_owned(), key.to_owned()))
     }
 
@@ -34,11 +33,7 @@ impl ClaimStore for Claims {
 
     async fn claim(&self, source: &str, key: &str) -> Result<bool, String> {
         self.check()?;
-        Ok(self
-            .keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((source.to_owned(), key.to_owned())))
+        Ok(self.keys.lock().insert((source.to_owned(), key.to_owned())))
     }
 
     async fn is_claimed(&self, source: &str, key: &str) -> Result<bool, String> {
@@ -53,7 +48,6 @@ impl ClaimStore for Claims {
         }
         self.keys
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .remove(&(source.to_owned(), key.to_owned()));
         Ok(())
     }
