@@ -1,5 +1,6 @@
 //! The running company. `crewlet-engine` composes everything below it: the
-//! queue (`crewlet-queue`), the stores (`crewlet-store`), the model
+//! queue and the stores (`crewlet-queue`, `crewlet-store`, connected by
+//! `crewlet-backends` and re-exported here as [`Backends`]), the model
 //! providers (`crewlet-llm`), the turn engine and tools (`crewlet-turn`),
 //! MCP servers and webhook notifications (`crewlet-integrations`) and the
 //! org chart (`crewlet-config`) into:
@@ -7,7 +8,10 @@
 //! - [`Engine`] ([`EngineBuilder`]): one runtime per agent seat, subscribed
 //!   to its durable inbox, one turn at a time per seat under a global cap,
 //!   lifecycle events, hooks, token usage, graceful shutdown; it implements
-//!   the API's [`EngineView`](crewlet_api::EngineView).
+//!   the API's [`EngineView`](crewlet_api::EngineView). Boot is a sequence
+//!   of named steps (`engine/builder.rs`); each seat's [`SeatState`] lives
+//!   here, and every task reaches a seat through one inbox post
+//!   (`inbox.rs`), from the router, the scheduler and [`Engine::assign`].
 //! - [`NotificationRouter`]: verified webhooks to exactly one seat's inbox.
 //!   It reads `crewlet_integrations::RawWebhook`, asks each source's
 //!   `WebhookSource` who a seat is there, and dedupes with the shared
