@@ -158,6 +158,8 @@ event_types! {
     DiaryWritten = "diary_written" => Learning,
     EpisodeRecorded = "episode_recorded" => Learning,
     SkillSynthesized = "skill_synthesized" => Learning,
+    SkillRefined = "skill_refined" => Learning,
+    MemoryPrefetched = "memory_prefetched" => Learning,
     ProfileUpdated = "profile_updated" => Learning,
     AgentOnboarded = "agent_onboarded" => Learning,
     // webhook

@@ -50,14 +50,17 @@
 //!     round's tool calls (`tool` spans, panics caught, results cleaned).
 //! - `decisions.rs` (`submit_plan` / `submit_review`), `prompts.rs`,
 //!   `budget.rs`, `usage.rs`, `tool.rs`, `registry.rs`, `sanitize.rs`,
-//!   `seat.rs`, `events.rs` (sinks), `error.rs`.
+//!   `seat.rs`, `events.rs` (sinks), `recall.rs` (the [`Recall`] interface
+//!   memory is reached through), `error.rs`.
 
+mod auxiliary;
 mod budget;
 mod decisions;
 mod engine;
 mod error;
 mod events;
 pub mod prompts;
+mod recall;
 mod registry;
 pub mod sanitize;
 mod seat;
@@ -65,6 +68,7 @@ mod tool;
 mod tool_loop;
 mod usage;
 
+pub use auxiliary::{AuxCall, Auxiliary};
 pub use budget::{BudgetGate, BudgetLimits};
 pub use decisions::{
     Plan, PlanDecision, PlanStep, Review, ReviewDecision, SUBMIT_PLAN, SUBMIT_REVIEW,
@@ -76,6 +80,7 @@ pub use engine::{
 };
 pub use error::TurnError;
 pub use events::{CountingEventSink, EventSink, MemoryEventSink};
+pub use recall::{MemorySection, NoRecall, Recall, RecallRequest};
 pub use registry::{ToolRegistry, Visibility};
 pub use seat::{Colleague, CompanyProfile, SeatProfile, Trigger};
 pub use tool::{

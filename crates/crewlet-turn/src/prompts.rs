@@ -9,7 +9,9 @@
 //! `# Company`, `## Mission`, `## Vision`, `## Policies`, `# Your seat`,
 //! `## Goal`, `## Backstory`, `## Responsibilities`,
 //! `## Behavioural guidelines`, `## Reporting line`, `# Phase: <phase>`,
-//! `# Trigger`, `## Tool catalogue` (Plan), `## Work so far` (Plan after a
+//! `# Trigger`, the seat's memory sections (Plan: `## Personal memory`,
+//! `## Similar prior work`, ... as [`crate::Recall`] returns them),
+//! `## Tool catalogue` (Plan), `## Work so far` (Plan after a
 //! self-iteration), `## The plan` (Execute, Review), `## What was done`
 //! (Review). A section with nothing to say is left out.
 
@@ -17,7 +19,7 @@ use std::fmt::Write as _;
 
 use crewlet_llm::{Phase, SystemBlock};
 
-use crate::{CompanyProfile, Plan, SeatProfile, ToolExecution, Trigger};
+use crate::{CompanyProfile, MemorySection, Plan, SeatProfile, ToolExecution, Trigger};
 
 /// One earlier iteration of the same turn, as Plan sees it after a
 /// `self_iterate` review.
@@ -44,6 +46,8 @@ pub enum PhaseBrief<'a> {
     Plan {
         /// (name, one-line description) of every tool the seat has.
         catalogue: &'a [(String, String)],
+        /// What the seat remembers, frozen at turn start.
+        memory: &'a [MemorySection],
         prior: &'a [PriorIteration],
     },
     Execute {
@@ -188,7 +192,16 @@ pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
     let _ = writeln!(out, "\n{}", trigger.content.trim());
 
     match brief {
-        PhaseBrief::Plan { catalogue, prior } => {
+        PhaseBrief::Plan {
+            catalogue,
+            memory,
+            prior,
+        } => {
+            for section in memory.iter() {
+                if !section.body.trim().is_empty() {
+                    let _ = writeln!(out, "\n{}\n{}", section.heading.trim(), section.body.trim());
+                }
+            }
             if !catalogue.is_empty() {
                 let _ = writeln!(out, "\n## Tool catalogue");
                 for (name, description) in catalogue.iter() {
@@ -346,6 +359,10 @@ mod tests {
             &trigger(),
             &PhaseBrief::Plan {
                 catalogue: &catalogue,
+                memory: &[
+                    MemorySection::new("## Personal memory", "- The deploy window is Tuesday."),
+                    MemorySection::new("## Similar prior work", "  "),
+                ],
                 prior: &prior,
             },
         );
@@ -371,6 +388,7 @@ mod tests {
             headings(&blocks[1].text),
             [
                 "# Trigger",
+                "## Personal memory",
                 "## Tool catalogue",
                 "## Work so far",
                 "### Iteration 1"
@@ -383,6 +401,7 @@ mod tests {
                 .contains("CTO (@cto) -> Founder (@ada, human)")
         );
         assert!(blocks[1].text.contains("Please fix the build"));
+        assert!(blocks[1].text.contains("- The deploy window is Tuesday."));
     }
 
     #[test]

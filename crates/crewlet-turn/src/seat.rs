@@ -61,6 +61,8 @@ pub struct SeatProfile {
     /// Direct manager first, then up the chain.
     pub manager_chain: Vec<Colleague>,
     pub reports: Vec<Colleague>,
+    /// The org units the seat sits in, outermost first.
+    pub unit_path: Vec<String>,
     /// The role's token budget; 0 = unlimited.
     pub token_budget: u64,
     pub llm: RoleLlm,
@@ -80,6 +82,7 @@ impl SeatProfile {
             guidelines: Vec::new(),
             manager_chain: Vec::new(),
             reports: Vec::new(),
+            unit_path: Vec::new(),
             token_budget: 0,
             llm: RoleLlm::default(),
         }

@@ -10,6 +10,7 @@
 //! round-trip tests against stored samples, so changing a field name is a
 //! visible, reviewed change of the wire format.
 
+pub mod learning;
 pub mod lenient;
 pub mod turn;
 
@@ -17,6 +18,11 @@ pub use turn::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
     LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted, ToolExecution,
     TriggerSummary, TurnGuardBreach,
+};
+
+pub use learning::{
+    AgentOnboarded, DiaryWritten, EpisodeRecorded, MemoryPrefetched, PrefetchBlock, ProfileUpdated, SkillRefined,
+    SkillSynthesized,
 };
 
 use serde::Serialize;

@@ -32,6 +32,7 @@ pub(super) fn seat_profile(company: &Company, org: &Organization, seat: &Seat) -
         .iter()
         .filter_map(|h| colleague(org, h))
         .collect();
+    p.unit_path = seat.unit_path.clone();
     p.token_budget = role.token_budget;
     p.llm = role_llm(company, role);
     p

@@ -36,7 +36,8 @@ pub use outcome::{FailureReason, GuardKind, PhaseRecord, TurnDecision, TurnFailu
 
 use self::ctx::{TurnCtx, TurnState};
 use crate::{
-    CompanyProfile, EventSink, SeatProfile, ToolRegistry, Trigger, UsageSummary, UsageTracker,
+    CompanyProfile, EventSink, NoRecall, Recall, SeatProfile, ToolRegistry, Trigger, UsageSummary,
+    UsageTracker,
 };
 
 /// Knobs of the turn engine (`turn_engine` in the company YAML).
@@ -88,6 +89,7 @@ pub struct TurnEngine {
     ledger: Arc<dyn TokenLedger>,
     sink: Arc<dyn EventSink>,
     usage: Arc<UsageTracker>,
+    recall: Arc<dyn Recall>,
     settings: TurnSettings,
 }
 
@@ -116,8 +118,15 @@ impl TurnEngine {
             ledger,
             sink,
             usage: Arc::new(UsageTracker::new()),
+            recall: Arc::new(NoRecall),
             settings: TurnSettings::default(),
         }
+    }
+
+    /// Where turns find the seat's memory (none by default).
+    pub fn with_recall(mut self, recall: Arc<dyn Recall>) -> Self {
+        self.recall = recall;
+        self
     }
 
     pub fn with_tools(mut self, tools: Arc<ToolRegistry>) -> Self {
@@ -146,6 +155,20 @@ impl TurnEngine {
 
     pub fn usage(&self) -> &Arc<UsageTracker> {
         &self.usage
+    }
+
+    /// Auxiliary (learning, filtering) calls with this engine's models,
+    /// budgets, token totals and event sink.
+    pub fn auxiliary(&self) -> crate::Auxiliary {
+        crate::Auxiliary {
+            company: self.company.clone(),
+            llm: self.llm.clone(),
+            ledger: self.ledger.clone(),
+            sink: self.sink.clone(),
+            usage: self.usage.clone(),
+            source: self.settings.source.clone(),
+            patience: self.settings.store_patience,
+        }
     }
 
     /// Per-agent and engine token totals so far.

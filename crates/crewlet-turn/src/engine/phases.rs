@@ -45,6 +45,8 @@ pub(super) trait PhaseWork: Sync {
 pub(super) struct PlanPhase<'a> {
     /// (name, one-line description) of every tool the seat has.
     pub catalogue: &'a [(String, String)],
+    /// What the seat remembers (frozen at turn start).
+    pub memory: &'a [crate::MemorySection],
     /// The iterations Review sent back, oldest first.
     pub prior: &'a [PriorIteration],
 }
@@ -99,6 +101,7 @@ impl PhaseWork for PlanPhase<'_> {
     fn brief(&self) -> PhaseBrief<'_> {
         PhaseBrief::Plan {
             catalogue: self.catalogue,
+            memory: self.memory,
             prior: self.prior,
         }
     }

@@ -24,6 +24,17 @@ impl TurnEngine {
                 )
             })
             .collect();
+        // What the seat remembers, asked once and frozen for every Plan
+        // of this turn.
+        let memory = self
+            .recall
+            .prefetch(crate::RecallRequest {
+                seat: t.seat,
+                trigger: t.trigger,
+                turn_id: t.turn_id,
+                trace: t.span,
+            })
+            .await;
         let mut prior: Vec<PriorIteration> = Vec::new();
         let mut last_sent_back: Option<String> = None;
         let mut iteration = 0u32;
@@ -37,6 +48,7 @@ impl TurnEngine {
                     iteration,
                     &PlanPhase {
                         catalogue: &catalogue,
+                        memory: &memory,
                         prior: &prior,
                     },
                 )
