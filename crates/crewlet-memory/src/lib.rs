@@ -11,11 +11,24 @@
 //! reaches memory through an interface the engine adapts).
 
 mod error;
+mod memory;
+mod postgres;
 mod repos;
+mod rules;
+mod stores;
 mod types;
 
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
+
 pub use error::MemoryError;
-pub use repos::{
-    CounterpartyProfiles, Diary, EpisodeFilter, Episodes, OnboardingMarkers, Skills,
+pub use memory::{
+    MemoryCounterpartyProfiles, MemoryDiary, MemoryEpisodes, MemoryOnboardingMarkers, MemorySkills,
 };
+pub use postgres::{
+    PostgresCounterpartyProfiles, PostgresDiary, PostgresEpisodes, PostgresOnboardingMarkers,
+    PostgresSkills,
+};
+pub use repos::{CounterpartyProfiles, Diary, EpisodeFilter, Episodes, OnboardingMarkers, Skills};
+pub use stores::MemoryStores;
 pub use types::*;

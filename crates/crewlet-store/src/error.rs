@@ -74,21 +74,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidInput {
             what: what.into(),
             reason: reason.into(),
         }
     }
 
-    pub(crate) fn decode(what: impl Into<String>, reason: impl fmt::Display) -> Self {
+    pub fn decode(what: impl Into<String>, reason: impl fmt::Display) -> Self {
         Self::Decode {
             what: what.into(),
             reason: reason.to_string(),
         }
     }
 
-    pub(crate) fn not_found(what: impl Into<String>, key: impl fmt::Display) -> Self {
+    pub fn not_found(what: impl Into<String>, key: impl fmt::Display) -> Self {
         Self::NotFound {
             what: what.into(),
             key: key.to_string(),
@@ -130,7 +130,7 @@ pub(crate) fn is_unavailable(e: &tokio_postgres::Error) -> bool {
 
 /// The useful part of a driver error: the server's message, code, detail and
 /// hint for database errors, the I/O cause otherwise.
-pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         let mut s = format!("{} ({})", db.message(), db.code().code());
         if let Some(detail) = db.detail() {
@@ -155,9 +155,7 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 /// Maps a driver error to [`StoreError::Query`] naming `what` was attempted.
-pub(crate) fn query_err(
-    what: impl Into<String>,
-) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+pub fn query_err(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
     let what = what.into();
     move |e| {
         let reason = describe(&e);
@@ -170,6 +168,6 @@ pub(crate) fn query_err(
 }
 
 /// The SQLSTATE of a driver error, when the server sent one.
-pub(crate) fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
+pub fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
     e.as_db_error().map(|d| d.code().code())
 }

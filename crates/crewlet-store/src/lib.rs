@@ -1,6 +1,6 @@
 //! Crewlet's PostgreSQL: the connection pool, forward-only migrations, the
 //! operational tables (budgets, company config revisions, webhook dedupe,
-//! thread follows, schedule claims, onboarding markers) and the event store.
+//! thread follows, schedule claims) and the event store.
 //!
 //! Every repository is a small trait with a PostgreSQL and an in-memory
 //! implementation of the same semantics; one conformance suite per trait
@@ -25,7 +25,10 @@ mod stores;
 pub mod testsuite;
 
 pub use db::{Database, DatabaseOptions, parse_dsn};
-pub use error::{DbTarget, StoreError};
+/// The pooled connection and the trait both it and its transactions
+/// implement, for repositories outside this crate (`crewlet-memory`).
+pub use deadpool_postgres::{GenericClient, Object as PooledClient};
+pub use error::{DbTarget, StoreError, describe, query_err, sqlstate};
 pub use events::{
     AgentGroup, BreakdownQuery, BufferedEventStore, BufferedOptions, CompositeEventStore, Cursor,
     DEFAULT_RECENT_TURNS, EventPage, EventQuery, EventStore, EventStoreWriter, MAX_BREAKDOWN_DAYS,
@@ -33,7 +36,8 @@ pub use events::{
     PostgresEventStore, TokenBreakdown, TokenTotals, TurnGroup, WorkerGroup,
 };
 pub use migrate::{
-    DEFAULT_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus, Migrator,
+    DEFAULT_EMBEDDING_DIM, MAX_EMBEDDING_DIM, MigrationOptions, MigrationReport, MigrationStatus,
+    Migrator, stored_embedding_dim,
 };
 pub use partitions::{TimePartitioning, ensure_partitions, ensure_partitions_at};
 pub use patience::{Patience, retry_transient};
@@ -44,9 +48,6 @@ pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollo
 pub use repos::ledger::{
     BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, MemoryTokenLedger,
     ORG_SCOPE, PostgresTokenLedger, TokenLedger, UsageRow, agent_scope,
-};
-pub use repos::onboarding::{
-    MemoryOnboardingMarkers, OnboardingMarker, OnboardingMarkers, PostgresOnboardingMarkers,
 };
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,

@@ -384,6 +384,26 @@ fn split(applied: &[String]) -> (Vec<String>, Vec<String>) {
     (pending, unknown)
 }
 
+/// The embedding width the first migration fixed, or `None` when the
+/// database was never migrated. Vector repositories read it once, to
+/// zero-pad narrower vectors to the column width.
+pub async fn stored_embedding_dim(db: &Database) -> Result<Option<u32>, StoreError> {
+    let client = db.client().await?;
+    let exists = client
+        .query_one("SELECT to_regclass('crewlet_settings') IS NOT NULL", &[])
+        .await
+        .map_err(query_err("reading crewlet_settings"))?
+        .try_get::<_, bool>(0)
+        .map_err(|e| StoreError::decode("crewlet_settings", describe(&e)))?;
+    if !exists {
+        return Ok(None);
+    }
+    read_setting(&client, "embedding_dim")
+        .await?
+        .map(|v| parse_dim(&v))
+        .transpose()
+}
+
 pub(crate) async fn read_setting(
     client: &tokio_postgres::Client,
     key: &str,

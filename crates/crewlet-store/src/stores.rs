@@ -9,9 +9,6 @@ use crate::repos::config_revisions::{
 };
 use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
 use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
-use crate::repos::onboarding::{
-    MemoryOnboardingMarkers, OnboardingMarkers, PostgresOnboardingMarkers,
-};
 use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, ScheduledRuns};
 use crate::repos::webhooks::{
     MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
@@ -29,7 +26,6 @@ pub struct Stores {
     pub webhooks: Arc<dyn WebhookDeliveries>,
     pub follows: Arc<dyn ThreadFollows>,
     pub schedules: Arc<dyn ScheduledRuns>,
-    pub onboarding: Arc<dyn OnboardingMarkers>,
 }
 
 impl Stores {
@@ -43,7 +39,6 @@ impl Stores {
             webhooks: Arc::new(MemoryWebhookDeliveries::new()),
             follows: Arc::new(MemoryThreadFollows::new()),
             schedules: Arc::new(MemoryScheduledRuns::new()),
-            onboarding: Arc::new(MemoryOnboardingMarkers::new()),
         }
     }
 
@@ -70,7 +65,6 @@ impl Stores {
             webhooks: Arc::new(PostgresWebhookDeliveries::new(db.clone())),
             follows: Arc::new(PostgresThreadFollows::new(db.clone())),
             schedules: Arc::new(PostgresScheduledRuns::new(db.clone())),
-            onboarding: Arc::new(PostgresOnboardingMarkers::new(db.clone())),
             database: Some(db),
         }
     }

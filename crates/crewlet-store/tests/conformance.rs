@@ -49,15 +49,6 @@ mod memory {
             ))
         });
     }
-    mod onboarding {
-        use super::*;
-        crewlet_store::onboarding_markers_conformance!(|| async {
-            Some((
-                Arc::new(MemoryOnboardingMarkers::new()) as Arc<dyn OnboardingMarkers>,
-                (),
-            ))
-        });
-    }
     mod events {
         use super::*;
         crewlet_store::event_store_conformance!(|| async {
@@ -109,16 +100,6 @@ mod postgres {
             let (guard, db) = common::migrated().await?;
             Some((
                 Arc::new(PostgresScheduledRuns::new(db)) as Arc<dyn ScheduledRuns>,
-                guard,
-            ))
-        });
-    }
-    mod onboarding {
-        use super::*;
-        crewlet_store::onboarding_markers_conformance!(|| async {
-            let (guard, db) = common::migrated().await?;
-            Some((
-                Arc::new(PostgresOnboardingMarkers::new(db)) as Arc<dyn OnboardingMarkers>,
                 guard,
             ))
         });

@@ -4,6 +4,5 @@
 pub mod config_revisions;
 pub mod follows;
 pub mod ledger;
-pub mod onboarding;
 pub mod schedules;
 pub mod webhooks;

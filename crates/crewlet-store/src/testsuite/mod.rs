@@ -123,14 +123,6 @@ macro_rules! scheduled_runs_conformance {
     };
 }
 
-/// Every [`crate::OnboardingMarkers`] case, as tests.
-#[macro_export]
-macro_rules! onboarding_markers_conformance {
-    ($make:expr) => {
-        $crate::__conformance_cases!($make, ops, [markers_are_absent_then_marked_then_replaced,]);
-    };
-}
-
 /// Every [`crate::EventStore`] case, as tests.
 #[macro_export]
 macro_rules! event_store_conformance {

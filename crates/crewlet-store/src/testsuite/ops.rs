@@ -1,14 +1,12 @@
 //! Conformance of the small operational repositories: webhook dedupe,
-//! thread follows, schedule claims, onboarding markers.
+//! thread follows, schedule claims.
 
 use std::sync::Arc;
 
 use chrono::{Duration, Utc};
-use crewlet_core::AgentId;
 
 use super::ok;
 use crate::repos::follows::{ThreadFollows, ThreadRef};
-use crate::repos::onboarding::OnboardingMarkers;
 use crate::repos::schedules::{ScheduledFire, ScheduledRuns};
 use crate::repos::webhooks::WebhookDeliveries;
 
@@ -205,22 +203,4 @@ pub async fn prune_forgets_old_claims(repo: Arc<dyn ScheduledRuns>) {
         1
     );
     assert!(ok(repo.claim(&fire("eng"), "n").await, "claim after prune"));
-}
-
-pub async fn markers_are_absent_then_marked_then_replaced(repo: Arc<dyn OnboardingMarkers>) {
-    let id = AgentId::for_seat("Conformance", "eng");
-    assert!(ok(repo.get(&id).await, "get").is_none());
-    let m = ok(repo.mark(&id, "chain-1").await, "mark");
-    assert_eq!((m.agent_id, m.chain_hash.as_str()), (id, "chain-1"));
-    assert_eq!(
-        ok(repo.get(&id).await, "get").map(|m| m.chain_hash),
-        Some("chain-1".to_owned())
-    );
-    ok(repo.mark(&id, "chain-2").await, "mark again");
-    assert_eq!(
-        ok(repo.get(&id).await, "get").map(|m| m.chain_hash),
-        Some("chain-2".to_owned())
-    );
-    let other = AgentId::for_seat("Conformance", "pm");
-    assert!(ok(repo.get(&other).await, "get other").is_none());
 }
