@@ -833,6 +833,8 @@ learning:
   episodic:
     retrieval_limit: 3
   skill_synthesis:
+    scheduler_enabled: true
+  skill_curator:
     enabled: true
 integrations:
   mattermost:
@@ -843,7 +845,6 @@ roles:
       enabled: true
 ";
     let sandbox = "has no effect yet: the code sandbox is not built yet";
-    let learning = "has no effect yet: agent memory and learning are not built yet";
     assert_warnings(
         text,
         &[
@@ -858,14 +859,22 @@ roles:
                 "turn_engine.extension_enabled",
                 "has no effect yet: round extensions are not built yet",
             ),
-            (13, "learning.episodic", learning),
-            (15, "learning.skill_synthesis", learning),
             (
-                18,
+                16,
+                "learning.skill_synthesis.scheduler_enabled",
+                "has no effect yet: skill synthesis from clusters of episodes on a timer is not built yet",
+            ),
+            (
+                17,
+                "learning.skill_curator",
+                "has no effect yet: the skill curator is not built yet",
+            ),
+            (
+                20,
                 "integrations.mattermost",
                 "has no effect yet: Mattermost is not supported yet",
             ),
-            (22, "roles[0].sandbox", sandbox),
+            (24, "roles[0].sandbox", sandbox),
         ],
     );
     // Warnings are not errors.

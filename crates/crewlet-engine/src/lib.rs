@@ -34,6 +34,7 @@ mod engine;
 mod error;
 mod hooks;
 mod inbox;
+mod learning;
 mod llm;
 pub mod maintenance;
 mod recent;

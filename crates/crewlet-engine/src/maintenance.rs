@@ -33,6 +33,7 @@ pub struct Maintenance {
     stores: Stores,
     weeks_ahead: u32,
     gc_webhooks: bool,
+    learning: Option<std::sync::Arc<crewlet_learning::Learning>>,
 }
 
 impl std::fmt::Debug for Maintenance {
@@ -53,6 +54,10 @@ pub struct MaintenanceReport {
     pub partitions_created: Vec<String>,
     /// Webhook delivery claims deleted (`None`: GC not run by this engine).
     pub webhook_claims_deleted: Option<u64>,
+    /// Expired `diary_short` rows deleted (learning on).
+    pub diary_rows_expired: u64,
+    /// Raw episodes folded into compacted ones (learning on).
+    pub episodes_compacted: usize,
     /// What failed, one line each (already logged).
     pub failures: Vec<String>,
 }
@@ -65,7 +70,15 @@ impl Maintenance {
             stores,
             weeks_ahead: PARTITION_WEEKS_AHEAD,
             gc_webhooks: true,
+            learning: None,
         }
+    }
+
+    /// Also keeps the learning tables in shape: expired diary rows are
+    /// deleted and agents over the raw-episode threshold are compacted.
+    pub fn learning(mut self, learning: Option<std::sync::Arc<crewlet_learning::Learning>>) -> Self {
+        self.learning = learning;
+        self
     }
 
     pub fn weeks_ahead(mut self, weeks: u32) -> Self {
@@ -101,6 +114,11 @@ impl Maintenance {
                     report.failures.push(format!("webhook claims: {e}"));
                 }
             }
+        }
+        if let Some(learning) = &self.learning {
+            let (expired, compacted) = learning.maintain().await;
+            report.diary_rows_expired = expired;
+            report.episodes_compacted = compacted;
         }
         if !report.partitions_created.is_empty() {
             info!(partitions = ?report.partitions_created, "maintenance created partitions");

@@ -17,6 +17,7 @@ use crewlet_config::Seat;
 use crewlet_core::EventType;
 use crewlet_queue::{Delivery, EventHandler, HandlerError};
 use crewlet_store::{Patience, Stores, retry_transient};
+use crewlet_learning::Learning;
 use crewlet_turn::{SeatProfile, TurnEngine};
 use tokio::sync::{Notify, Semaphore};
 use tracing::{Instrument, debug, warn};
@@ -129,13 +130,21 @@ pub(crate) struct TurnRuntime {
     drain_started: Notify,
     running: AtomicUsize,
     turn_ended: Notify,
+    /// Reflects on each finished turn, when learning is on.
+    learning: Option<Arc<Learning>>,
 }
 
 impl TurnRuntime {
-    pub fn new(turns: Arc<TurnEngine>, stores: Stores, max_concurrent_turns: usize) -> Self {
+    pub fn new(
+        turns: Arc<TurnEngine>,
+        stores: Stores,
+        max_concurrent_turns: usize,
+        learning: Option<Arc<Learning>>,
+    ) -> Self {
         Self {
             turns,
             stores,
+            learning,
             permits: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
             draining: AtomicBool::new(false),
             drain_started: Notify::new(),
@@ -289,6 +298,17 @@ impl EventHandler for InboxHandler {
             return Err(HandlerError::new(
                 "the database became unavailable during the turn; the task will run again",
             ));
+        }
+        // Learning from the turn before the seat takes its next task, so
+        // that task already sees what this one taught (the global turn
+        // slot is free again; only this seat waits).
+        if let Some(learning) = &self.runtime.learning {
+            let reflection = learning
+                .reflect(&self.seat.profile, &trigger, &outcome)
+                .instrument(crewlet_telemetry::span_from_event("reflect", event))
+                .await;
+            debug!(agent = handle, task_id = %outcome.task_id, skipped = reflection.skipped.unwrap_or("-"),
+                   episode = reflection.episode_recorded, "reflection done");
         }
         self.seat.handled.insert(event.id);
         debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");

@@ -1,12 +1,17 @@
 //! `learning`: what agents remember between turns and how they improve.
-//! The original engine's layout and defaults; agent memory arrives with the
-//! memory crate, so today every key here is accepted, type-checked and
-//! reported as having no effect yet.
+//! The original engine's layout and defaults. The keys the learning loop
+//! (`crewlet-learning`) honours have effect; the rest (skill promotion, the
+//! skill curator, clustering and budget knobs) are accepted, type-checked
+//! and reported as having no effect yet.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-const INERT: &str = "agent memory and learning are not built yet";
+const PROMOTION: &str = "skill promotion to the team knowledge base is not built yet";
+const CURATOR: &str = "the skill curator is not built yet";
+const BUDGET: &str = "learning calls are charged to the seat's budget; a separate per-worker token budget is not built yet";
+const CLUSTERING: &str = "skill synthesis from clusters of episodes on a timer is not built yet";
+const LIFECYCLE: &str = "only `max_raw_episodes_per_agent` drives compaction so far";
 
 /// Agent memory and self-improvement.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -14,55 +19,44 @@ const INERT: &str = "agent memory and learning are not built yet";
 pub struct Learning {
     /// Learning for every agent seat; a role's `learning_enabled` overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub enabled: Option<bool>,
     /// Recall of similar past turns (episodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub episodic: Option<Episodic>,
     /// Reflection after a turn: what to keep in the diary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub reflect: Option<Reflect>,
     /// Profiles of the people and agents a seat works with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub counterparty: Option<Counterparty>,
     /// Skills written from successful turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub skill_synthesis: Option<SkillSynthesis>,
     /// Skills revised after use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub skill_refinement: Option<SkillRefinement>,
     /// Skills shared from a seat to its team.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
+    #[schemars(extend("x-crewlet-inert" = PROMOTION))]
     pub skill_promotion: Option<SkillPromotion>,
     /// Archiving of skills nobody uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
+    #[schemars(extend("x-crewlet-inert" = CURATOR))]
     pub skill_curator: Option<SkillCurator>,
     /// The seat's own notes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub personal_memory: Option<PersonalMemory>,
     /// Compaction and expiry of episodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub episode_lifecycle: Option<EpisodeLifecycle>,
     /// Crewlet addition: diary entries given to Plan after filtering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub diary_prefetch_entries: Option<u32>,
     /// Crewlet addition: size of the diary digest given to Plan, in characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub diary_digest_chars: Option<u32>,
     /// Crewlet addition: how long a short-term diary entry lives, in days.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = INERT))]
     pub diary_short_ttl_days: Option<u32>,
 }
 
@@ -96,6 +90,7 @@ pub struct Reflect {
     /// Let a model decide what is worth keeping.
     pub persist_decider: bool,
     /// Tokens one reflection may spend.
+    #[schemars(extend("x-crewlet-inert" = BUDGET))]
     pub budget_tokens: u32,
     /// Summarize each turn into an episode.
     pub summarize_episodes: bool,
@@ -122,6 +117,7 @@ pub struct Counterparty {
     /// Keep profiles of counterparties.
     pub enabled: bool,
     /// Tokens one profile update may spend.
+    #[schemars(extend("x-crewlet-inert" = BUDGET))]
     pub budget_tokens: u32,
 }
 
@@ -143,6 +139,7 @@ pub struct SkillSynthesis {
     /// Tool calls a turn needs before a skill may be written from it.
     pub min_tool_calls: u32,
     /// Tokens one synthesis may spend.
+    #[schemars(extend("x-crewlet-inert" = BUDGET))]
     pub budget_tokens: u32,
     /// Skills kept per agent.
     pub max_skills_per_agent: u32,
@@ -150,17 +147,23 @@ pub struct SkillSynthesis {
     #[schemars(range(min = 0.0, max = 1.0))]
     pub duplicate_jaccard_threshold: f64,
     /// Also synthesize from clusters of past episodes on a timer.
+    #[schemars(extend("x-crewlet-inert" = CLUSTERING))]
     pub scheduler_enabled: bool,
     /// How often the timer runs, in seconds.
+    #[schemars(extend("x-crewlet-inert" = CLUSTERING))]
     pub scheduler_interval_seconds: u32,
     /// How far back the timer looks, in hours.
+    #[schemars(extend("x-crewlet-inert" = CLUSTERING))]
     pub cluster_window_hours: u32,
     /// Fewest similar episodes that make a cluster.
+    #[schemars(extend("x-crewlet-inert" = CLUSTERING))]
     pub cluster_min_size: u32,
     /// Similarity at or above which episodes cluster.
     #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(extend("x-crewlet-inert" = CLUSTERING))]
     pub cluster_jaccard_threshold: f64,
     /// Most episodes one timer run reads.
+    #[schemars(extend("x-crewlet-inert" = CLUSTERING))]
     pub episode_fetch_limit: u32,
 }
 
@@ -193,6 +196,7 @@ pub struct SkillRefinement {
     /// Revise after a turn that used the skill failed.
     pub auto_refine_on_failure: bool,
     /// Tokens one revision may spend.
+    #[schemars(extend("x-crewlet-inert" = BUDGET))]
     pub budget_tokens: u32,
     /// Longest skill body, in characters.
     pub max_body_chars: u32,
@@ -225,6 +229,7 @@ pub struct SkillPromotion {
     #[schemars(range(min = 0.0, max = 1.0))]
     pub jaccard_threshold: f64,
     /// Tokens one promotion may spend.
+    #[schemars(extend("x-crewlet-inert" = BUDGET))]
     pub budget_tokens: u32,
 }
 
@@ -287,25 +292,35 @@ pub struct EpisodeLifecycle {
     /// Raw episodes per agent before older ones are compacted.
     pub max_raw_episodes_per_agent: u32,
     /// Check the episode count every this many writes.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub write_check_every_n: u32,
     /// Days an unfinished episode is kept.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub non_terminal_max_age_days: u32,
     /// Days a compacted episode's originals are kept.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub consolidated_grace_days: u32,
     /// Days before an episode may be compacted.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub compaction_min_age_days: u32,
     /// Fewest similar episodes compacted together.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub compaction_min_cluster_size: u32,
     /// Similarity at or above which episodes are compacted together.
     #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub compaction_jaccard_threshold: f64,
     /// Most episodes one compaction pass reads.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub compaction_batch_size: u32,
     /// Tokens one compaction may spend.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub compaction_budget_tokens: u32,
     /// Originals kept as examples of a compacted cluster.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub exemplar_count: u32,
     /// Days a compacted episode is kept; 0 = for ever.
+    #[schemars(extend("x-crewlet-inert" = LIFECYCLE))]
     pub compacted_max_age_days: u32,
 }
 

@@ -91,7 +91,6 @@ pub struct Role {
     pub llm_sandbox: Option<LlmChoice>,
     /// Learning for this seat; unset follows `learning.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "agent memory and learning are not built yet"))]
     pub learning_enabled: Option<bool>,
     /// The seat's own credentials per MCP server (`mcp_env.<server>.<NAME>`):
     /// environment variables for stdio servers, headers for http ones. A

@@ -13,7 +13,7 @@ use crewlet_backends::{Backends, EventArchive};
 use crewlet_config::{Company, Organization};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::McpHub;
-use crewlet_llm::LlmRegistry;
+use crewlet_llm::{Embedder, LlmRegistry};
 use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
 use crewlet_store::Stores;
 use crewlet_turn::{CompanyProfile, TurnEngine, TurnSettings, Visibility};
@@ -25,6 +25,7 @@ use super::profile::seat_profile;
 use super::{EVENT_SOURCE, Engine, EngineOptions, Shared};
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
+use crate::learning::{LearningSetup, start_learning};
 use crate::llm::build_registry;
 use crate::maintenance::Maintenance;
 use crate::router::{NotificationRouter, RouterHandler};
@@ -46,6 +47,7 @@ pub struct EngineBuilder {
     archive: Option<Arc<EventArchive>>,
     options: EngineOptions,
     llm: Option<LlmRegistry>,
+    embedder: Option<Arc<dyn Embedder>>,
 }
 
 /// The company's tools: the builtins, and the MCP servers started for it.
@@ -74,6 +76,7 @@ impl EngineBuilder {
             archive: Some(backends.archive.clone()),
             options: EngineOptions::default(),
             llm: None,
+            embedder: None,
         }
     }
 
@@ -91,6 +94,13 @@ impl EngineBuilder {
     /// Uses these providers instead of building `providers.llm`.
     pub fn llm(mut self, registry: LlmRegistry) -> Self {
         self.llm = Some(registry);
+        self
+    }
+
+    /// Uses this embedder for learning instead of building
+    /// `providers.embeddings`.
+    pub fn embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
         self
     }
 
@@ -150,25 +160,46 @@ impl EngineBuilder {
         };
         let tools = start_tools(&company, &org, &options).await;
         let SeatRuntimes { seats, order } = seat_runtimes(&company, &org);
-        let sink = Arc::new(QueueEventSink::new(
+        let sink: Arc<dyn crewlet_turn::EventSink> = Arc::new(QueueEventSink::new(
             self.queue.clone(),
             seats.clone(),
             self.archive.as_ref().map(|a| a.writer().clone()),
         ));
-        let turns = TurnEngine::new(
+        let mut turns = TurnEngine::new(
             company_profile(&company),
             llm,
             self.stores.ledger.clone(),
-            sink,
+            sink.clone(),
         )
         .with_tools(tools.catalog.registry.clone())
         .with_settings(turn_settings(&company, &options));
+        let learning = start_learning(
+            LearningSetup {
+                company: &company,
+                seats: &seats,
+                stores: &self.stores,
+                catalog: &tools.catalog,
+                sink,
+                embedder: self.embedder,
+                env: options.env.as_ref(),
+            },
+            &turns,
+        )
+        .await;
+        let (learning, memory) = match learning {
+            Some((l, m)) => {
+                turns = turns.with_recall(l.clone());
+                (Some(l), Some(m))
+            }
+            None => (None, None),
+        };
         let max_turns =
             usize::try_from(company.turn_engine.max_concurrent_turns).unwrap_or(usize::MAX);
         let runtime = Arc::new(TurnRuntime::new(
             Arc::new(turns),
             self.stores.clone(),
             max_turns,
+            learning.clone(),
         ));
         let shared = Arc::new(Shared {
             company,
@@ -182,6 +213,8 @@ impl EngineBuilder {
             order,
             runtime,
             catalog: tools.catalog,
+            learning,
+            memory,
             router: Mutex::new(None),
             scheduler: Mutex::new(None),
             subscriptions: Mutex::new(Vec::new()),
@@ -429,7 +462,8 @@ impl Engine {
         *self.shared.scheduler.lock() = Some(scheduler);
         if let Some(every) = options.maintenance_interval {
             let upkeep = Maintenance::new(self.shared.stores.clone())
-                .gc_webhooks(options.gc_webhook_deliveries);
+                .gc_webhooks(options.gc_webhook_deliveries)
+                .learning(self.shared.learning.clone());
             self.shared.tasks.lock().push(upkeep.spawn(every));
         }
     }

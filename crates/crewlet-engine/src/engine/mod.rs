@@ -67,6 +67,10 @@ struct Shared {
     order: Vec<String>,
     runtime: Arc<TurnRuntime>,
     catalog: Arc<ToolCatalog>,
+    /// The learning loop, when learning is on.
+    learning: Option<Arc<crewlet_learning::Learning>>,
+    /// What the seats remember (also when learning is off, for reads).
+    memory: Option<crewlet_memory::MemoryStores>,
     router: Mutex<Option<Arc<NotificationRouter>>>,
     scheduler: Mutex<Option<Arc<Scheduler>>>,
     subscriptions: Mutex<Vec<(String, Subscription)>>,
@@ -102,6 +106,18 @@ impl std::fmt::Debug for Engine {
             .field("revision_id", &self.shared.revision_id)
             .field("agent_seats", &self.shared.order.len())
             .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// The memory stores of this engine's seats, when learning is on.
+    pub fn memory(&self) -> Option<crewlet_memory::MemoryStores> {
+        self.shared.memory.clone()
+    }
+
+    /// The learning loop, when learning is on.
+    pub fn learning(&self) -> Option<Arc<crewlet_learning::Learning>> {
+        self.shared.learning.clone()
     }
 }
 
