@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 use crewlet_backends::{Backends, Process};
 use crewlet_config::{Bootstrap, Observability};
+use crewlet_memory::MemoryStores;
+use crewlet_store::Database;
 use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -86,15 +88,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
     let backends = connect(&bootstrap).await?;
-    let api = ApiBuilder::new(
+    let builder = ApiBuilder::new(
         bootstrap.api.clone(),
         backends.queue.clone(),
         &backends.stores,
     )
     .events(backends.stores.events.clone())
-    .security(bootstrap.security.clone())
-    .build()
-    .await;
+    .security(bootstrap.security.clone());
+    let api = with_memory(builder, backends.stores.database.clone())
+        .await
+        .build()
+        .await;
     if api.state().active_revision_id().is_none() {
         warn!(
             "no company revision is active yet: /ready answers 503 and webhooks 503 (Retry-After: 15) until one is imported"
@@ -104,6 +108,26 @@ pub async fn serve(
     backends.close().await;
     info!("api stopped");
     served
+}
+
+/// The memory stores of `GET /agents/{id}/memory`: PostgreSQL's when there
+/// is a database. Without one (memory lives in the engine process) or when
+/// they fail to open, the route answers 503 saying which.
+async fn with_memory(builder: ApiBuilder, database: Option<Database>) -> ApiBuilder {
+    let Some(db) = database else {
+        return builder.memory_unavailable(
+            "this standalone api has no database (providers.database), so it cannot see any agent's memory: without a database memory lives in the engine process; ask the engine's embedded api (api.port > 0)",
+        );
+    };
+    match MemoryStores::postgres(db).await {
+        Ok(stores) => builder.memory(stores),
+        Err(e) => {
+            warn!(error = %e, "cannot open the memory stores: GET /agents/{{id}}/memory answers 503 until the api restarts");
+            builder.memory_unavailable(format!(
+                "the memory stores could not be opened when this api started ({e}); restart it once the database is reachable and migrated"
+            ))
+        }
+    }
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

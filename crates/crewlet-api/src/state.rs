@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crewlet_config::{ApiConfig, Security, process_env};
+use crewlet_memory::MemoryStores;
 use crewlet_queue::EventQueue;
 use crewlet_store::{ConfigRevisions, EventStore, Stores, TokenLedger, WebhookDeliveries};
 
@@ -100,10 +101,19 @@ pub(crate) struct Inner {
     pub queue: Arc<dyn EventQueue>,
     pub stores: ApiStores,
     pub engine: Option<Arc<dyn EngineView>>,
+    /// What agents remember (`GET /agents/{id}/memory`); `None`: that
+    /// route answers 503 with [`memory_missing`](Self::memory_missing).
+    pub memory: Option<MemoryStores>,
+    /// Why there is no memory, when the process knows better than
+    /// [`NO_MEMORY`].
+    pub memory_missing: Option<String>,
     pub company: ActiveCompany,
     pub limits: ApiLimits,
     pub draining: AtomicBool,
 }
+
+/// Why an API built without [`ApiBuilder::memory`] has no memory.
+pub(crate) const NO_MEMORY: &str = "this api was started without memory stores: an agent's memory lives in the engine process (its embedded api serves this route) or in PostgreSQL (providers.database) for a standalone api";
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone)]
@@ -159,6 +169,8 @@ pub struct ApiBuilder {
     queue: Arc<dyn EventQueue>,
     stores: ApiStores,
     engine: Option<Arc<dyn EngineView>>,
+    memory: Option<MemoryStores>,
+    memory_missing: Option<String>,
     env: EnvLookup,
     security: Security,
     limits: ApiLimits,
@@ -180,6 +192,8 @@ impl ApiBuilder {
             queue,
             stores: stores.into(),
             engine: None,
+            memory: None,
+            memory_missing: None,
             env: Arc::new(process_env),
             security: Security::default(),
             limits,
@@ -189,6 +203,23 @@ impl ApiBuilder {
     /// The engine's live view (when the API is embedded in the engine process).
     pub fn engine(mut self, engine: Arc<dyn EngineView>) -> Self {
         self.engine = Some(engine);
+        self
+    }
+
+    /// The memory stores `GET /agents/{id}/memory` reads (the engine's own
+    /// when embedded; PostgreSQL's when standalone). Without them that
+    /// route answers 503.
+    pub fn memory(mut self, stores: MemoryStores) -> Self {
+        self.memory = Some(stores);
+        self.memory_missing = None;
+        self
+    }
+
+    /// No memory stores, and why (e.g. they failed to open): the reason of
+    /// the 503 `GET /agents/{id}/memory` answers.
+    pub fn memory_unavailable(mut self, reason: impl Into<String>) -> Self {
+        self.memory = None;
+        self.memory_missing = Some(reason.into());
         self
     }
 
@@ -237,6 +268,8 @@ impl ApiBuilder {
             queue: self.queue,
             stores: self.stores,
             engine: self.engine,
+            memory: self.memory,
+            memory_missing: self.memory_missing,
             company,
             limits: self.limits,
             draining: AtomicBool::new(false),

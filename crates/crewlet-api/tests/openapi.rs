@@ -8,6 +8,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/ready"),
     ("get", "/agents"),
     ("get", "/agents/{id}"),
+    ("get", "/agents/{id}/memory"),
     ("get", "/org"),
     ("get", "/tools"),
     ("get", "/events"),

@@ -118,7 +118,7 @@ pub async fn agents(
     Ok(Json(agents))
 }
 
-fn agent_not_found(id: &str) -> HttpError {
+pub(crate) fn agent_not_found(id: &str) -> HttpError {
     HttpError::new(
         StatusCode::NOT_FOUND,
         "Agent not found",

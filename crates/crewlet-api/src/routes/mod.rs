@@ -5,6 +5,7 @@ pub(crate) mod agents;
 pub(crate) mod body;
 pub(crate) mod config;
 pub(crate) mod events;
+pub(crate) mod memory;
 pub(crate) mod probes;
 pub(crate) mod webhooks;
 
@@ -31,7 +32,7 @@ use crate::state::ApiState;
 #[openapi(
     info(
         title = "Crewlet API",
-        description = "Probes, the org and its agents, events and traces, tokens and budgets, the company configuration, and the webhook receivers. Reads are open unless `api.auth.allow_anonymous_read: false`; writes and `/config` need `Authorization: Bearer <token>`; webhooks are verified by their own signatures.",
+        description = "Probes, the org and its agents, what agents remember, events and traces, tokens and budgets, the company configuration, and the webhook receivers. Reads are open unless `api.auth.allow_anonymous_read: false`; writes and `/config` need `Authorization: Bearer <token>`; webhooks are verified by their own signatures.",
         license(name = "Apache-2.0")
     ),
     components(schemas(ErrorBody, ProblemSchema, RawWebhook)),
@@ -39,6 +40,7 @@ use crate::state::ApiState;
     tags(
         (name = "probes", description = "liveness and readiness"),
         (name = "org", description = "seats, units, tools"),
+        (name = "memory", description = "what agent seats remember"),
         (name = "events", description = "the event store"),
         (name = "tokens", description = "token use and budgets"),
         (name = "config", description = "the company configuration (token required)"),
@@ -81,6 +83,7 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(probes::ready))
         .routes(routes!(agents::agents))
         .routes(routes!(agents::agent))
+        .routes(routes!(memory::agent_memory))
         .routes(routes!(agents::org))
         .routes(routes!(agents::tools))
         .routes(routes!(events::events))

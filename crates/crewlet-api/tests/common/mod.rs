@@ -122,6 +122,8 @@ pub struct Options {
     pub anonymous_read: bool,
     pub limits: ApiLimits,
     pub engine: Option<Arc<dyn EngineView>>,
+    /// What `GET /agents/{id}/memory` reads; `None`: it answers 503.
+    pub memory: Option<crewlet_memory::MemoryStores>,
 }
 
 impl Default for Options {
@@ -132,6 +134,7 @@ impl Default for Options {
             anonymous_read: true,
             limits: ApiLimits::default(),
             engine: None,
+            memory: None,
         }
     }
 }
@@ -225,6 +228,9 @@ impl Harness {
         .limits(options.limits);
         if let Some(engine) = options.engine {
             builder = builder.engine(engine);
+        }
+        if let Some(memory) = options.memory {
+            builder = builder.memory(memory);
         }
         let api: Api = builder.build().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
