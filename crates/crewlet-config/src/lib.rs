@@ -46,7 +46,9 @@ pub use company::{
     SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat, TurnEngine, Unit,
     UnitIntegrations, WikiSeat,
 };
-pub use company::{DEFAULT_PROVIDER, later};
+pub use company::{
+    DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_PROVIDER, LOCAL_EMBEDDING_DIMENSIONS, later,
+};
 pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;
 pub use error::{ConfigError, Problem};

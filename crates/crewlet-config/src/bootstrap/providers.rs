@@ -123,7 +123,9 @@ pub struct DatabaseConfig {
     #[schemars(length(min = 1))]
     pub dsn: String,
     /// Width of embedding vectors. Fixed by the first migration: changing it
-    /// later is refused. Must equal the company's `providers.embeddings.dimensions`.
+    /// later is refused. At least the company's `providers.embeddings`
+    /// width (384 for `type: local`, 1536 by default): narrower vectors are
+    /// zero-padded, which leaves cosine similarity unchanged.
     #[serde(default = "default_embedding_dim")]
     #[schemars(range(min = 1, max = 16000))]
     pub embedding_dim: u32,

