@@ -15,7 +15,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Install, start, stop and inspect the local PostgreSQL and Pulsar (127.0.0.1 only).
+    /// Install, start, stop and inspect the local PostgreSQL and Pulsar (127.0.0.1 only),
+    /// and fetch the local embedding model.
     Services {
         #[command(subcommand)]
         action: xtask::services::Action,
@@ -28,6 +29,11 @@ enum Command {
         #[arg(long)]
         no_services: bool,
     },
+    /// Fetch model files (`fetch`: all-MiniLM-L6-v2 for `providers.embeddings.type: local`).
+    Models {
+        #[command(subcommand)]
+        action: ModelsAction,
+    },
     /// Run schemathesis against the served OpenAPI document (the last step of `ci`).
     Schemathesis,
     /// Regenerate docs/schema/*.schema.json from the `crewlet schema` command.
@@ -37,6 +43,12 @@ enum Command {
         #[command(subcommand)]
         bench: xtask::bench::Bench,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelsAction {
+    /// Install the embedding model once (a no-op when complete) and print its folder.
+    Fetch,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,6 +62,9 @@ fn main() -> anyhow::Result<()> {
             }
             xtask::ci::run()
         }
+        Command::Models {
+            action: ModelsAction::Fetch,
+        } => xtask::services::fetch_models(),
         Command::Schemathesis => xtask::schemathesis::run(),
         Command::Schema(args) => xtask::schema::run(&args),
         Command::Bench { bench } => bench.run(),

@@ -1,7 +1,7 @@
 //! `cargo xtask bench <name>`: benchmarks that print figures (tests never
 //! assert on wall-clock time).
 //!
-//! Adding a bench: create `xtask/src/bench/<name>.rs` with
+//! Adding a bench: create `xtask/src/bench/<name>.rs` (or `<name>/mod.rs`) with
 //! `pub struct Args` (deriving `clap::Args`) and `pub fn run(args: Args) ->
 //! anyhow::Result<()>`, then add one line to the [`benches!`] list below. The
 //! helpers here ([`cargo_build_release`], [`release_binary`], [`Stats`]) are
@@ -51,6 +51,8 @@ benches! {
     Turn => turn,
     /// Engine: boot time (to /ready 200) and idle RSS of `crewlet run` with 10, 100 and 1,000 agent seats (memory backends).
     Engine => engine,
+    /// Agent memory: prefetch candidate selection at scale, diary writes with embedding, local embedder throughput and RSS.
+    Memory => memory,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

