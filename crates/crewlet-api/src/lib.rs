@@ -5,9 +5,11 @@
 //! publish a `raw_webhook` event on `crewlet.notifications.inbound`.
 //!
 //! Build with [`ApiBuilder`] (the Tier A `api` section, an `EventQueue`, the
-//! stores, optionally an [`EngineView`]) and serve with [`Api::serve`]. The
-//! engine embeds it with its own [`EngineView`]; [`standalone`] runs it as
-//! its own process (`crewlet run api`, `crewlet-api`).
+//! stores, optionally an [`EngineView`] and the memory stores
+//! `GET /agents/{id}/memory` reads, [`ApiBuilder::memory`]) and serve with
+//! [`Api::serve`]. The engine embeds it with its own [`EngineView`];
+//! [`standalone`] runs it as its own process (`crewlet run api`,
+//! `crewlet-api`).
 //!
 //! This crate never imports the engine: live state comes through
 //! [`EngineView`]. It does not route notifications to seats (the engine's

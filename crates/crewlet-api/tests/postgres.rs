@@ -89,3 +89,76 @@ async fn github_webhook_is_deduped_and_stored_in_postgresql() {
     assert_eq!(h2.published.inbound().len(), 1);
     h2.stop().await;
 }
+
+/// The standalone API (`crewlet run api`) opens PostgreSQL's memory stores
+/// and answers `GET /agents/{id}/memory` from them.
+#[tokio::test]
+async fn standalone_api_reads_agent_memory_from_postgresql() {
+    use chrono::{Duration as ChronoDuration, Utc};
+    use crewlet_memory::{DiaryKind, MemoryStores, NewDiaryEntry};
+
+    let admin = crewlet_test_support::require!(postgres);
+    let db = FreshDatabase::create(&admin).await;
+    let (stores, _) = Stores::open(&db.dsn, MigrationOptions::default())
+        .await
+        .expect("migrated test database");
+    import(&stores, COMPANY).await;
+    let database = Database::connect(&db.dsn).await.unwrap();
+    let memory = MemoryStores::postgres(database).await.unwrap();
+    let eng = crewlet_core::AgentId::for_seat("Test Co", "eng");
+    let now = Utc::now();
+    for (content, ttl_until) in [
+        ("prefers small PRs", None),
+        ("expired note", Some(now - ChronoDuration::minutes(1))),
+    ] {
+        let entry = NewDiaryEntry {
+            agent_id: eng,
+            kind: if ttl_until.is_some() {
+                DiaryKind::Short
+            } else {
+                DiaryKind::Long
+            },
+            content: content.into(),
+            ttl_until,
+            embedding: Some(vec![0.5, 0.5]),
+        };
+        memory
+            .diary
+            .write(entry, now - ChronoDuration::minutes(5))
+            .await
+            .unwrap();
+    }
+    memory.onboarding.mark(&eng, "chain-1").await.unwrap();
+
+    let yaml = format!("providers:\n  database:\n    dsn: \"{}\"\n", db.dsn);
+    let bootstrap = crewlet_config::Bootstrap::from_yaml("test bootstrap", &yaml).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crewlet_api::standalone::serve(bootstrap, listener, async {
+        let _ = rx.await;
+    }));
+    let http = reqwest::Client::new();
+    let url = format!("{base}/agents/eng/memory");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let body = loop {
+        if let Ok(r) = http.get(&url).send().await
+            && r.status() == 200
+        {
+            break r.json::<serde_json::Value>().await.unwrap();
+        }
+        assert!(
+            !server.is_finished() && std::time::Instant::now() < deadline,
+            "the standalone api never answered 200 on {url}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(body["agent_id"], eng.to_string());
+    assert_eq!(body["diary"]["total"], 1, "{body}");
+    assert_eq!(body["diary"]["items"][0]["content"], "prefers small PRs");
+    assert_eq!(body["episodes"]["raw"], 0);
+    assert_eq!(body["onboarding"]["chain_hash"], "chain-1");
+    assert!(!body.to_string().contains("embedding"));
+    let _ = tx.send(());
+    server.await.unwrap().unwrap();
+}
