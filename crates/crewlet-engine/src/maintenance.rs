@@ -76,7 +76,10 @@ impl Maintenance {
 
     /// Also keeps the learning tables in shape: expired diary rows are
     /// deleted and agents over the raw-episode threshold are compacted.
-    pub fn learning(mut self, learning: Option<std::sync::Arc<crewlet_learning::Learning>>) -> Self {
+    pub fn learning(
+        mut self,
+        learning: Option<std::sync::Arc<crewlet_learning::Learning>>,
+    ) -> Self {
         self.learning = learning;
         self
     }

@@ -187,7 +187,10 @@ async fn a_fact_learned_in_one_turn_reaches_the_plan_of_the_next() {
     assert!(!second_plans.is_empty(), "turn 2 planned");
     for prompt in &second_plans {
         assert!(prompt.contains("## Personal memory"), "{prompt}");
-        assert!(prompt.contains(FACT), "the fact reaches turn 2's Plan: {prompt}");
+        assert!(
+            prompt.contains(FACT),
+            "the fact reaches turn 2's Plan: {prompt}"
+        );
         assert!(
             prompt.contains("## Similar prior work"),
             "turn 1 is recalled as prior work: {prompt}"
@@ -198,7 +201,10 @@ async fn a_fact_learned_in_one_turn_reaches_the_plan_of_the_next() {
         let t = r.body.to_string();
         t.contains("which of an agent's own memories") && t.contains("TURN-TWO") && t.contains(FACT)
     });
-    assert!(filter_asked, "the relevance filter judged the fact for turn 2");
+    assert!(
+        filter_asked,
+        "the relevance filter judged the fact for turn 2"
+    );
     // Only one fact: turn 2's decider said NOOP, and the same fact is never
     // written twice.
     let rows = memory
@@ -221,7 +227,11 @@ async fn a_fact_learned_in_one_turn_reaches_the_plan_of_the_next() {
         .filter_map(|e| MemoryPrefetched::from_event(e).ok())
         .collect();
     assert_eq!(prefetched.len(), 2, "{prefetched:?}");
-    assert!(prefetched.iter().any(|p| p.blocks.iter().any(|b| b.block == "personal_memory" && b.hit && b.selected == 1)));
+    assert!(prefetched.iter().any(|p| {
+        p.blocks
+            .iter()
+            .any(|b| b.block == "personal_memory" && b.hit && b.selected == 1)
+    }));
     let workers: Vec<String> = events_of(&stores, EventType::AgentPhaseCompleted)
         .await
         .iter()
@@ -229,7 +239,10 @@ async fn a_fact_learned_in_one_turn_reaches_the_plan_of_the_next() {
         .filter_map(|p| p.auxiliary)
         .collect();
     for worker in ["persist_decider", "memory_filter", "episode_summarizer"] {
-        assert!(workers.iter().any(|w| w == worker), "{worker} missing from {workers:?}");
+        assert!(
+            workers.iter().any(|w| w == worker),
+            "{worker} missing from {workers:?}"
+        );
     }
 
     let summary = engine.shutdown().await;

@@ -17,7 +17,12 @@ to fail. Keep names of systems and people. Answer with the paragraph only.";
 /// One episode as a prompt bullet.
 pub(crate) fn bullet(e: &Episode) -> String {
     let outcome = e.review_outcome.as_deref().unwrap_or("unknown");
-    let mut line = format!("- [{} {}] {}", day(e.ended_at), outcome, clip(&e.task_summary, 300));
+    let mut line = format!(
+        "- [{} {}] {}",
+        day(e.ended_at),
+        outcome,
+        clip(&e.task_summary, 300)
+    );
     if !e.plan_summary.trim().is_empty() {
         line.push_str(&format!(" | plan: {}", clip(&e.plan_summary, 300)));
     }
@@ -73,10 +78,7 @@ impl Learning {
         let new = self
             .stores
             .episodes
-            .record(NewEpisode {
-                episode,
-                embedding,
-            })
+            .record(NewEpisode { episode, embedding })
             .await?;
         if new {
             let summary = format!(
@@ -138,7 +140,11 @@ impl Learning {
         // Without a model the compacted row keeps the task lines themselves.
         let summary = summary.unwrap_or_else(|| clip(&listing, 4000));
         let first = old.first().map_or_else(Utc::now, |e| e.started_at);
-        let last: DateTime<Utc> = old.iter().map(|e| e.ended_at).max().unwrap_or_else(Utc::now);
+        let last: DateTime<Utc> = old
+            .iter()
+            .map(|e| e.ended_at)
+            .max()
+            .unwrap_or_else(Utc::now);
         let mut tools: Vec<String> = Vec::new();
         for t in old.iter().flat_map(|e| e.tool_sequence.iter()) {
             if !tools.contains(t) {
@@ -150,7 +156,12 @@ impl Learning {
             agent_handle: handle.to_owned(),
             agent_id: old.first().and_then(|e| e.agent_id),
             task_id: None,
-            task_summary: format!("{} earlier turns ({} to {})", old.len(), day(first), day(last)),
+            task_summary: format!(
+                "{} earlier turns ({} to {})",
+                old.len(),
+                day(first),
+                day(last)
+            ),
             plan_summary: summary,
             tool_sequence: tools,
             skills_used: Vec::new(),
@@ -168,7 +179,14 @@ impl Learning {
         let n = self
             .stores
             .episodes
-            .compact(handle, &ids, NewEpisode { episode: compacted, embedding })
+            .compact(
+                handle,
+                &ids,
+                NewEpisode {
+                    episode: compacted,
+                    embedding,
+                },
+            )
             .await?;
         if n > 0
             && let Some(seat) = &seat
@@ -182,7 +200,8 @@ impl Learning {
                 replaced: n,
             };
             let summary = format!("{} compacted {n} old episodes", seat.handle);
-            self.emit(seat, EventContext::default(), summary, &payload).await;
+            self.emit(seat, EventContext::default(), summary, &payload)
+                .await;
         }
         Ok(n)
     }

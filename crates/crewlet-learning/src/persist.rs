@@ -167,7 +167,10 @@ mod tests {
             Decision::Doc("Tag releases".into())
         );
         assert_eq!(parse_decision("NOOP"), Decision::Noop);
-        assert_eq!(parse_decision(r#"{"tier":"LONG","content":""}"#), Decision::Noop);
+        assert_eq!(
+            parse_decision(r#"{"tier":"LONG","content":""}"#),
+            Decision::Noop
+        );
         assert_eq!(parse_decision("I think nothing"), Decision::Noop);
     }
 }

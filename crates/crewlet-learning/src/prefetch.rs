@@ -111,7 +111,11 @@ pub(crate) async fn filter_candidates(
     task: &str,
     sender: Option<&str>,
     candidates: &[DiaryEntry],
-    turn: (Option<&str>, Option<Uuid>, Option<crewlet_core::TraceContext>),
+    turn: (
+        Option<&str>,
+        Option<Uuid>,
+        Option<crewlet_core::TraceContext>,
+    ),
     worker: &str,
 ) -> Option<Vec<usize>> {
     let mut user = String::with_capacity(4096);
@@ -153,7 +157,11 @@ fn bullet_text(e: &DiaryEntry) -> String {
 }
 
 /// The chosen entries as bullets within `budget` characters.
-pub(crate) fn render_selected(candidates: &[DiaryEntry], picked: &[usize], budget: usize) -> String {
+pub(crate) fn render_selected(
+    candidates: &[DiaryEntry],
+    picked: &[usize],
+    budget: usize,
+) -> String {
     let mut out = String::new();
     for &i in picked {
         let Some(e) = candidates.get(i) else { continue };
@@ -201,7 +209,11 @@ impl Block {
     }
 }
 
-type Turn<'a> = (Option<&'a str>, Option<Uuid>, Option<crewlet_core::TraceContext>);
+type Turn<'a> = (
+    Option<&'a str>,
+    Option<Uuid>,
+    Option<crewlet_core::TraceContext>,
+);
 
 impl Learning {
     async fn personal_memory(
@@ -217,7 +229,8 @@ impl Learning {
             return Block::empty("personal_memory", 0);
         }
         let n = candidates.len();
-        match filter_candidates(self, seat, task, sender, &candidates, turn, "memory_filter").await {
+        match filter_candidates(self, seat, task, sender, &candidates, turn, "memory_filter").await
+        {
             None => Block::empty("personal_memory", n),
             Some(picked) if picked.is_empty() => Block::with(
                 "personal_memory",
@@ -234,14 +247,24 @@ impl Learning {
         }
     }
 
-    async fn similar_work(&self, seat: &SeatProfile, query: Option<&[f32]>, turn: Turn<'_>) -> Block {
+    async fn similar_work(
+        &self,
+        seat: &SeatProfile,
+        query: Option<&[f32]>,
+        turn: Turn<'_>,
+    ) -> Block {
         let Some(q) = query else {
             return Block::empty("similar_prior_work", 0);
         };
         let hits = match self
             .stores
             .episodes
-            .similar(&seat.handle, q, EpisodeFilter::default(), self.settings.episodes_in_plan)
+            .similar(
+                &seat.handle,
+                q,
+                EpisodeFilter::default(),
+                self.settings.episodes_in_plan,
+            )
             .await
         {
             Ok(h) => h,
@@ -253,7 +276,10 @@ impl Learning {
         if hits.is_empty() {
             return Block::empty("similar_prior_work", 0);
         }
-        let raw: Vec<String> = hits.iter().map(|h| crate::episodes::bullet(&h.item)).collect();
+        let raw: Vec<String> = hits
+            .iter()
+            .map(|h| crate::episodes::bullet(&h.item))
+            .collect();
         let raw = raw.join("\n");
         let body = if self.settings.summarize_episodes {
             match self
@@ -275,7 +301,13 @@ impl Learning {
         } else {
             raw
         };
-        Block::with("similar_prior_work", SIMILAR_WORK, body, hits.len(), hits.len())
+        Block::with(
+            "similar_prior_work",
+            SIMILAR_WORK,
+            body,
+            hits.len(),
+            hits.len(),
+        )
     }
 
     async fn skills_block(&self, seat: &SeatProfile) -> Block {
@@ -312,7 +344,11 @@ impl Learning {
                      (`lookup_colleague`)",
                 );
                 if !seat.unit_path.is_empty() {
-                    let _ = write!(body, ", what your unit ({}) is responsible for", seat.unit_path.join(" / "));
+                    let _ = write!(
+                        body,
+                        ", what your unit ({}) is responsible for",
+                        seat.unit_path.join(" / ")
+                    );
                 }
                 body.push_str(
                     ", and the team's onboarding notes where your tools reach them. \
@@ -329,7 +365,12 @@ impl Learning {
         }
     }
 
-    async fn people_block(&self, seat: &SeatProfile, sender: Option<&str>, platform: &str) -> Block {
+    async fn people_block(
+        &self,
+        seat: &SeatProfile,
+        sender: Option<&str>,
+        platform: &str,
+    ) -> Block {
         let Some(sender) = sender else {
             return Block::empty("counterparties", 0);
         };

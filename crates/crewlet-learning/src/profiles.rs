@@ -89,7 +89,10 @@ impl Learning {
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
-        let summary = parsed.as_ref().and_then(|v| field(v, "summary")).map(str::to_owned);
+        let summary = parsed
+            .as_ref()
+            .and_then(|v| field(v, "summary"))
+            .map(str::to_owned);
         let display_name = parsed
             .as_ref()
             .and_then(|v| field(v, "display_name"))

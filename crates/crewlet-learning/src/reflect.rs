@@ -145,12 +145,14 @@ impl Learning {
             plan: &plan,
             artifact: &outcome.final_artifact,
             tools: &tools,
-            succeeded: outcome.succeeded(),
+            succeeded: outcome.succeeded() && outcome.decision != TurnDecision::Failed,
         };
         if self.settings.skill_synthesis
             && outcome.decision == TurnDecision::Done
             && tools.len() >= self.settings.min_tool_calls
-            && let Err(e) = self.synthesize(seat, &source, outcome.turn_id, context).await
+            && let Err(e) = self
+                .synthesize(seat, &source, outcome.turn_id, context)
+                .await
         {
             tracing::warn!(agent = %seat.handle, error = %e, "skill synthesis failed");
         }

@@ -57,8 +57,16 @@ impl Learning {
                 "Observed in practice: the same tools served \"{}\".",
                 clip(source.task, 160)
             );
-            self.append_to_skill(seat, existing, &note, "merged", "skill_synthesizer", turn_id, context)
-                .await?;
+            self.append_to_skill(
+                seat,
+                existing,
+                &note,
+                "merged",
+                "skill_synthesizer",
+                turn_id,
+                context,
+            )
+            .await?;
             return Ok(());
         }
         if live.len() >= limits.max_per_agent {
@@ -180,7 +188,15 @@ impl Learning {
             };
             let note = format!("{label}: {}", clip(lesson, 600));
             match self
-                .append_to_skill(seat, &skill, &note, action, "skill_refiner", turn_id, context)
+                .append_to_skill(
+                    seat,
+                    &skill,
+                    &note,
+                    action,
+                    "skill_refiner",
+                    turn_id,
+                    context,
+                )
                 .await
             {
                 Ok(_) | Err(MemoryError::Limit(_)) => {}
@@ -248,7 +264,10 @@ impl Learning {
             change_note: note,
             turn_id,
         };
-        let summary = format!("{} refined skill {} (v{})", seat.handle, skill.name, skill.version);
+        let summary = format!(
+            "{} refined skill {} (v{})",
+            seat.handle, skill.name, skill.version
+        );
         self.emit(seat, context, summary, &payload).await;
         Ok(skill)
     }

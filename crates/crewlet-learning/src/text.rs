@@ -116,7 +116,10 @@ mod tests {
         );
         assert_eq!(indices("[]", 8), Some(vec![]));
         assert_eq!(indices("none", 8), None);
-        assert_eq!(indices("[0,1,2,3,4,5,6,7,8,9]", 8).map(|v| v.len()), Some(8));
+        assert_eq!(
+            indices("[0,1,2,3,4,5,6,7,8,9]", 8).map(|v| v.len()),
+            Some(8)
+        );
         let v = json_in("Sure! {\"tier\": \"LONG\", \"content\": \"x\"} done", '{');
         assert_eq!(v.as_ref().and_then(|v| field(v, "tier")), Some("LONG"));
     }
@@ -126,7 +129,10 @@ mod tests {
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
         assert!((jaccard(&s(&["a", "b", "c"]), &s(&["a", "b", "c", "d"])) - 0.75).abs() < 1e-9);
         assert!(jaccard(&s(&["a"]), &s(&["b"])) < 1e-9);
-        assert_eq!(slug("  Triage a Failing Build!  "), "triage-a-failing-build");
+        assert_eq!(
+            slug("  Triage a Failing Build!  "),
+            "triage-a-failing-build"
+        );
         assert_eq!(clip("abcdef", 5), "ab...");
     }
 }

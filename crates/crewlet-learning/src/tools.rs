@@ -187,7 +187,11 @@ impl Tool for RefreshMemory {
         let answer = if candidates.is_empty() {
             "Your memory is empty.".to_owned()
         } else {
-            let turn = (Some(ctx.task_id.as_str()), Some(ctx.turn_id), Some(ctx.trace));
+            let turn = (
+                Some(ctx.task_id.as_str()),
+                Some(ctx.turn_id),
+                Some(ctx.trace),
+            );
             match filter_candidates(
                 &self.0,
                 &seat,
@@ -264,7 +268,9 @@ impl Tool for QueryEpisodes {
         };
         let outcome = args.get("outcome").and_then(Value::as_str);
         let Some(vector) = self.0.embed(&query).await else {
-            return Err(ToolError::Failed("the embedder is unavailable right now".into()));
+            return Err(ToolError::Failed(
+                "the embedder is unavailable right now".into(),
+            ));
         };
         let hits = self
             .0
@@ -402,7 +408,9 @@ impl Tool for RefineSkill {
             .await
             .map_err(failed)?
         else {
-            return Err(ToolError::Failed(format!("you have no skill named `{name}`")));
+            return Err(ToolError::Failed(format!(
+                "you have no skill named `{name}`"
+            )));
         };
         let note = args
             .get("note")
@@ -432,7 +440,15 @@ impl Tool for RefineSkill {
         };
         match self
             .0
-            .change_skill(&seat, &name, change, &action, REFINE_SKILL, Some(ctx.turn_id), context(ctx))
+            .change_skill(
+                &seat,
+                &name,
+                change,
+                &action,
+                REFINE_SKILL,
+                Some(ctx.turn_id),
+                context(ctx),
+            )
             .await
         {
             Ok(s) => Ok(ToolOutput::text(format!(

@@ -21,8 +21,8 @@ pub use turn::{
 };
 
 pub use learning::{
-    AgentOnboarded, DiaryWritten, EpisodeRecorded, MemoryPrefetched, PrefetchBlock, ProfileUpdated, SkillRefined,
-    SkillSynthesized,
+    AgentOnboarded, DiaryWritten, EpisodeRecorded, MemoryPrefetched, PrefetchBlock, ProfileUpdated,
+    SkillRefined, SkillSynthesized,
 };
 
 use serde::Serialize;
