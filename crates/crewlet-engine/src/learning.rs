@@ -94,6 +94,8 @@ pub(crate) struct LearningSetup<'a> {
     pub catalog: &'a ToolCatalog,
     pub sink: Arc<dyn EventSink>,
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// The process's memory stores, when it opened them already.
+    pub memory: Option<MemoryStores>,
     pub env: &'a (dyn Fn(&str) -> Option<String> + Send + Sync),
 }
 
@@ -118,7 +120,10 @@ pub(crate) async fn start_learning(
             }
         },
     };
-    let memory = memory_stores(setup.stores).await?;
+    let memory = match setup.memory {
+        Some(m) => m,
+        None => memory_stores(setup.stores).await?,
+    };
     let learning = Arc::new(Learning::new(LearningParts {
         stores: memory.clone(),
         embedder,

@@ -267,6 +267,9 @@ async fn serve(
     }
 
     let slot = Arc::new(EngineSlot::default());
+    // One set of memory stores for every engine this process runs (across
+    // config reloads) and for the embedded API's memory route.
+    let memory = crate::learning::memory_stores(&backends.stores).await;
     let port = options.api_port.unwrap_or(bootstrap.api.port);
     let (api_stop, api_task) = if port > 0 {
         let host = options
@@ -280,9 +283,14 @@ async fn serve(
             &backends.stores,
         )
         .engine(slot.clone())
-        .security(security.clone())
-        .build()
-        .await;
+        .security(security.clone());
+        let api = match &memory {
+            Some(m) => api.memory(m.clone()),
+            None => {
+                api.memory_unavailable("the memory tables could not be opened; see the engine log")
+            }
+        };
+        let api = api.build().await;
         let stop = Arc::new(Notify::new());
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
@@ -323,12 +331,14 @@ async fn serve(
         let mut engine = None;
         let mut running = None;
         if let Some((company, rev)) = current.take() {
-            match EngineBuilder::new(company, backends)
+            let builder = EngineBuilder::new(company, backends)
                 .revision(Some(rev.revision_id))
-                .options(engine_options.clone())
-                .start()
-                .await
-            {
+                .options(engine_options.clone());
+            let builder = match &memory {
+                Some(m) => builder.memory(m.clone()),
+                None => builder,
+            };
+            match builder.start().await {
                 Ok(e) => {
                     slot.set(Some(e.clone()));
                     running = Some((rev.revision_id, rev.activated_at));

@@ -14,6 +14,7 @@ use crewlet_config::{Company, Organization};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::McpHub;
 use crewlet_llm::{Embedder, LlmRegistry};
+use crewlet_memory::MemoryStores;
 use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
 use crewlet_store::Stores;
 use crewlet_turn::{CompanyProfile, TurnEngine, TurnSettings, Visibility};
@@ -48,6 +49,7 @@ pub struct EngineBuilder {
     options: EngineOptions,
     llm: Option<LlmRegistry>,
     embedder: Option<Arc<dyn Embedder>>,
+    memory: Option<MemoryStores>,
 }
 
 /// The company's tools: the builtins, and the MCP servers started for it.
@@ -77,7 +79,16 @@ impl EngineBuilder {
             options: EngineOptions::default(),
             llm: None,
             embedder: None,
+            memory: None,
         }
+    }
+
+    /// Uses these memory stores instead of opening them beside the
+    /// engine's stores (a process shares one set across engines and its
+    /// API).
+    pub fn memory(mut self, memory: MemoryStores) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     /// The stored revision `company` comes from.
@@ -181,6 +192,7 @@ impl EngineBuilder {
                 catalog: &tools.catalog,
                 sink,
                 embedder: self.embedder,
+                memory: self.memory,
                 env: options.env.as_ref(),
             },
             &turns,
@@ -189,6 +201,10 @@ impl EngineBuilder {
         let (learning, memory) = match learning {
             Some((l, m)) => {
                 turns = turns.with_recall(l.clone());
+                tools.catalog.add_builtin(
+                    Arc::new(LookupColleague::new(org.clone()).with_profiles(m.profiles.clone())),
+                    Visibility::All,
+                );
                 (Some(l), Some(m))
             }
             None => (None, None),

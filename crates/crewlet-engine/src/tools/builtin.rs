@@ -4,22 +4,67 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use crewlet_config::{Organization, Seat, SeatKind};
+use crewlet_memory::CounterpartyProfiles;
 use crewlet_turn::{Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
 /// Most colleagues one lookup returns.
 const MAX_MATCHES: usize = 20;
 
-/// `lookup_colleague {query}`: finds seats by handle, name, unit or goal.
+/// `lookup_colleague {query}`: finds seats by handle, name, unit or goal,
+/// with what the calling seat has learned of each (its counterparty
+/// profiles, when learning is on).
 pub(crate) struct LookupColleague {
     org: Arc<Organization>,
+    profiles: Option<Arc<dyn CounterpartyProfiles>>,
 }
 
 impl LookupColleague {
     pub const NAME: &'static str = "lookup_colleague";
 
     pub fn new(org: Arc<Organization>) -> Self {
-        Self { org }
+        Self {
+            org,
+            profiles: None,
+        }
+    }
+
+    /// Shows the caller's own notes on each match.
+    pub fn with_profiles(mut self, profiles: Arc<dyn CounterpartyProfiles>) -> Self {
+        self.profiles = Some(profiles);
+        self
+    }
+
+    /// The caller's notes on `seat`, under any identity the seat has.
+    async fn notes(&self, observer: &str, seat: &Seat) -> Vec<String> {
+        let Some(profiles) = &self.profiles else {
+            return Vec::new();
+        };
+        let mut ids: Vec<&str> = vec![seat.handle.as_str()];
+        if let Some(c) = &seat.role.contact {
+            for id in [
+                &c.email,
+                &c.slack_user_id,
+                &c.mattermost_user_id,
+                &c.github_login,
+                &c.gitlab_username,
+                &c.atlassian_account_id,
+                &c.plane_user_id,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                ids.push(id.as_str());
+            }
+        }
+        let mut out = Vec::new();
+        for id in ids {
+            match profiles.about(observer, id).await {
+                Ok(found) => out.extend(found.iter().map(crewlet_learning::profiles::render)),
+                Err(e) => tracing::debug!(error = %e, "reading counterparty profiles failed"),
+            }
+        }
+        out
     }
 
     fn describe(&self, seat: &Seat) -> Value {
@@ -123,17 +168,19 @@ impl Tool for LookupColleague {
                 .collect()
         };
         let total = found.len();
-        let list: Vec<Value> = found
-            .into_iter()
-            .take(MAX_MATCHES)
-            .map(|s| {
-                let mut v = self.describe(s);
-                if s.handle == ctx.agent_handle {
-                    v["is_you"] = json!(true);
+        let mut list: Vec<Value> = Vec::new();
+        for s in found.into_iter().take(MAX_MATCHES) {
+            let mut v = self.describe(s);
+            if s.handle == ctx.agent_handle {
+                v["is_you"] = json!(true);
+            } else {
+                let notes = self.notes(&ctx.agent_handle, s).await;
+                if !notes.is_empty() {
+                    v["your_notes"] = json!(notes);
                 }
-                v
-            })
-            .collect();
+            }
+            list.push(v);
+        }
         let out = json!({"matches": list, "total": total, "truncated": total > MAX_MATCHES});
         Ok(ToolOutput::text(out.to_string()))
     }
@@ -185,6 +232,45 @@ mod tests {
         assert_eq!(v["matches"][0]["kind"], "human");
         assert_eq!(v["matches"][0]["contact"]["email"], "f@x.io");
         assert!(tool.invoke(&ctx("eng"), json!({"query": 3})).await.is_err());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn shows_the_callers_own_notes_on_a_colleague() -> Result<(), ToolError> {
+        let company = Company::from_yaml(
+            "t",
+            &format!("name: T\nroles:\n  - {{name: Founder, handle: founder, kind: human, contact: {{email: f@x.io, slack_user_id: U1}}}}\n  - {{name: Engineer, handle: eng}}\n  - {{name: Ops, handle: ops}}\n{}", crate::TEST_LLM),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stores = crewlet_memory::MemoryStores::in_memory();
+        stores
+            .profiles
+            .observe(crewlet_memory::ProfileObservation {
+                observer: "eng".into(),
+                subject: "U1".into(),
+                platform: "slack".into(),
+                display_name: Some("Fran".into()),
+                summary: Some("Wants weekly digests.".into()),
+                traits: serde_json::Map::new(),
+                seen_at: chrono::Utc::now(),
+                embedding: None,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tool = LookupColleague::new(Arc::new(company.organization()))
+            .with_profiles(stores.profiles.clone());
+        let out = tool
+            .invoke(&ctx("eng"), json!({"query": "founder"}))
+            .await?;
+        let v: Value = serde_json::from_str(&out.content).unwrap_or_default();
+        let notes = v["matches"][0]["your_notes"].to_string();
+        assert!(notes.contains("Wants weekly digests."), "{v}");
+        // Notes are private to the seat that took them.
+        let out = tool
+            .invoke(&ctx("ops"), json!({"query": "founder"}))
+            .await?;
+        let v: Value = serde_json::from_str(&out.content).unwrap_or_default();
+        assert!(v["matches"][0].get("your_notes").is_none(), "{v}");
         Ok(())
     }
 }
