@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use crewlet_api::EngineView;
 use crewlet_config::Company;
 use crewlet_core::EventType;
 use crewlet_core::payload::{AgentPhaseCompleted, EventPayload, MemoryPrefetched};
@@ -140,6 +141,21 @@ async fn a_fact_learned_in_one_turn_reaches_the_plan_of_the_next() {
     let memory = engine
         .memory()
         .unwrap_or_else(|| panic!("learning should be on with providers.embeddings"));
+    let tools: Vec<String> = engine
+        .tools(Some("eng"))
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    for t in [
+        "reflect_and_persist",
+        "refresh_memory",
+        "query_episodes",
+        "use_skill",
+        "refine_skill",
+        "mark_onboarded",
+    ] {
+        assert!(tools.iter().any(|x| x == t), "{t} missing from {tools:?}");
+    }
 
     // Turn 1 teaches the fact.
     engine
@@ -245,7 +261,80 @@ async fn a_fact_learned_in_one_turn_reaches_the_plan_of_the_next() {
         );
     }
 
+    // `/tokens/breakdown` shows the learning calls as auxiliary workers.
+    let breakdown = stores
+        .events
+        .token_breakdown(&crewlet_store::BreakdownQuery::days(1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let decider = breakdown
+        .by_worker
+        .iter()
+        .find(|w| w.worker == "persist_decider")
+        .unwrap_or_else(|| panic!("no persist_decider in {:?}", breakdown.by_worker));
+    // Two deciders ran: the LONG answer (60 + 12) and the NOOP (40 + 5).
+    assert_eq!(decider.tokens.input_tokens, 100, "{decider:?}");
+    assert_eq!(decider.tokens.output_tokens, 17, "{decider:?}");
+
     let summary = engine.shutdown().await;
     assert_eq!(summary.abandoned_turns, 0);
+    backends.queue.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_embedder_the_engine_runs_and_learning_is_off() {
+    let llm = FakeLlmServer::start(direct_turn(Duration::from_millis(1)))
+        .await
+        .unwrap_or_else(|e| panic!("fake llm: {e}"));
+    let yaml = format!(
+        "name: \"No Memory Co\"\nproviders:\n  llm:\n    fake: {{type: openai-compatible, model: fake-model, base_url: \"{}\"}}\nroles:\n  - {{name: Engineer, handle: eng}}\n",
+        llm.openai_base_url()
+    );
+    let company = Company::from_yaml("no memory", &yaml).unwrap_or_else(|e| panic!("{e}"));
+    let stores = Stores::memory();
+    let broker = MemoryBroker::new();
+    let backends = Backends::new(Arc::new(broker.client()), stores.clone());
+    let engine = EngineBuilder::new(company, &backends)
+        .options(EngineOptions {
+            run_router: false,
+            run_scheduler: false,
+            ..EngineOptions::default()
+        })
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(engine.learning().is_none());
+    let tools: Vec<String> = engine
+        .tools(Some("eng"))
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert!(tools.iter().any(|t| t == "lookup_colleague"), "{tools:?}");
+    assert!(
+        !tools.iter().any(|t| t == "reflect_and_persist"),
+        "{tools:?}"
+    );
+    engine
+        .assign("eng", "test", "say hello")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the turn to complete", WAIT, || async {
+        (!events_of(&stores, EventType::TaskCompleted)
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    assert!(
+        events_of(&stores, EventType::MemoryPrefetched)
+            .await
+            .is_empty()
+    );
+    assert!(
+        events_of(&stores, EventType::EpisodeRecorded)
+            .await
+            .is_empty()
+    );
+    engine.shutdown().await;
     backends.queue.shutdown().await;
 }
