@@ -165,9 +165,10 @@ pub struct EmbeddingsProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// Vector width the model returns; unset: 384 for `local`, 1536
-    /// otherwise (read it with [`EmbeddingsProvider::dimensions`]). Must equal
-    /// the database's `providers.database.embedding_dim` (Tier A), fixed at
-    /// first migration, or be narrower: narrower vectors are zero-padded.
+    /// otherwise. At most the database's `providers.database.embedding_dim`
+    /// (Tier A, fixed at the first migration): a narrower vector is stored
+    /// zero-padded.
+    // Read it with `EmbeddingsProvider::dimensions()`, which applies the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub dimensions: Option<u32>,
