@@ -119,9 +119,9 @@ pub struct CompanyProviders {
     #[serde(default)]
     pub llm: IndexMap<String, LlmProvider>,
     /// The embedding model used by learning (diary, episodes, skills).
-    /// Without one, learning degrades to recency and the engine still runs.
+    /// Without one, learning is off (agents start every turn without memory)
+    /// and the engine still runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "agent memory, which uses embeddings, is not built yet"))]
     pub embeddings: Option<EmbeddingsProvider>,
     /// The code-sandbox provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
