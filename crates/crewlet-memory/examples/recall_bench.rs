@@ -24,6 +24,9 @@ use crewlet_test_support::database::with_database;
 use tokio_postgres::NoTls;
 
 struct Args {
+    /// Create and migrate the database, load nothing (to swap in a table
+    /// loaded by hand).
+    migrate_only: bool,
     rows: u64,
     agent: u64,
     dim: u32,
@@ -32,6 +35,7 @@ struct Args {
 
 fn args() -> anyhow::Result<Args> {
     let mut a = Args {
+        migrate_only: false,
         rows: 1_000_000,
         agent: 100_000,
         dim: 64,
@@ -39,6 +43,10 @@ fn args() -> anyhow::Result<Args> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--migrate-only" {
+            a.migrate_only = true;
+            continue;
+        }
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--rows" => a.rows = value.parse()?,
@@ -54,12 +62,15 @@ fn args() -> anyhow::Result<Args> {
 /// The agent under test, a small agent (100 rows) and 90 others share the rest.
 const SMALL_ROWS: u64 = 100;
 
-fn big_agent() -> AgentId {
-    AgentId::for_seat("Bench", "big")
-}
-
-fn small_agent() -> AgentId {
-    AgentId::for_seat("Bench", "small")
+/// The bench's agents are `md5('big')::uuid` and `md5('small')::uuid`, so
+/// the load (and a hand-loaded table) can name them in SQL.
+async fn agent(db: &Database, name: &str) -> anyhow::Result<AgentId> {
+    let client = db.client().await?;
+    let id: uuid::Uuid = client
+        .query_one("SELECT md5($1)::uuid", &[&name])
+        .await?
+        .get(0);
+    Ok(AgentId::from_uuid(id))
 }
 
 async fn load(db: &Database, a: &Args) -> anyhow::Result<()> {
@@ -76,7 +87,6 @@ async fn load(db: &Database, a: &Args) -> anyhow::Result<()> {
     client
         .batch_execute("DROP INDEX IF EXISTS agent_diary_embedding")
         .await?;
-    let (big, small) = (big_agent().as_uuid(), small_agent().as_uuid());
     let rows = i64::try_from(a.rows)?;
     let agent = i64::try_from(a.agent)?;
     let small_end = agent + i64::try_from(SMALL_ROWS)?;
@@ -84,18 +94,32 @@ async fn load(db: &Database, a: &Args) -> anyhow::Result<()> {
     // Spread the big agent over the whole table (every k-th row), as a
     // long-lived agent's rows would be.
     let stride = (rows / agent).max(1);
+    // Embeddings are clustered (1000 topics, each row a topic plus noise),
+    // as real text embeddings are; uniform random vectors are a worst case
+    // no ANN index recalls well.
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS bench_topics;
+             CREATE TABLE bench_topics AS
+             SELECT t, (SELECT array_agg(random()::real - 0.5 + 0 * t + 0 * i ORDER BY i)
+                        FROM generate_series(1, {dim}) i) AS v
+             FROM generate_series(0, 999) t"
+        ))
+        .await?;
     client
         .execute(
             "INSERT INTO agent_diary (id, agent_id, kind, content, embedding, created_at)
              SELECT gen_random_uuid(),
-                    CASE WHEN g % $1 = 0 AND g / $1 <= $2 THEN $3
-                         WHEN g % $1 = 1 AND g / $1 < $5 - $2 THEN $4
+                    CASE WHEN g % $1::bigint = 0 AND g / $1::bigint <= $2::bigint THEN md5('big')::uuid
+                         WHEN g % $1::bigint = 1 AND g / $1::bigint < $3::bigint - $2::bigint THEN md5('small')::uuid
                          ELSE md5('other' || (g % 90))::uuid END,
                     'diary_long', 'row ' || g,
-                    (SELECT array_agg(random()::real - 0.5 + 0 * g + 0 * i) FROM generate_series(1, $6) i)::vector,
+                    (SELECT array_agg(bt.v[i] + (random()::real - 0.5) * 0.4 ORDER BY i)
+                     FROM generate_series(1, $4::int) i)::vector,
                     now() - make_interval(secs => g)
-             FROM generate_series(1, $7) g",
-            &[&stride, &agent, &big, &small, &small_end, &dim, &rows],
+             FROM generate_series(1, $5::bigint) g
+             JOIN bench_topics bt ON bt.t = (hashint4(g::int) & 65535) % 1000",
+            &[&stride, &agent, &small_end, &dim, &rows],
         )
         .await?;
     println!("loaded {} rows in {:?}", a.rows, started.elapsed());
@@ -112,16 +136,33 @@ async fn load(db: &Database, a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn random_vector(dim: u32, seed: &mut u64) -> Vec<f32> {
-    (0..dim)
-        .map(|_| {
-            // xorshift: no rand dependency for a bench.
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            (*seed % 10_000) as f32 / 10_000.0 - 0.5
+/// Query vectors like the data: stored rows' vectors (of any agent),
+/// nudged so none is an exact hit.
+async fn sample_queries(db: &Database, n: usize) -> anyhow::Result<Vec<Vec<f32>>> {
+    let client = db.client().await?;
+    let rows = client
+        .query(
+            "SELECT embedding FROM agent_diary TABLESAMPLE SYSTEM (1) LIMIT $1",
+            &[&i64::try_from(n)?],
+        )
+        .await?;
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let v: pgvector::Vector = r.get(0);
+            v.to_vec()
+                .into_iter()
+                .map(|x| {
+                    // xorshift: no rand dependency for a bench.
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    x + ((seed % 1000) as f32 / 1000.0 - 0.5) * 0.2
+                })
+                .collect()
         })
-        .collect()
+        .collect())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -156,22 +197,31 @@ async fn main() -> anyhow::Result<()> {
     )
     .run()
     .await?;
+    if a.migrate_only {
+        println!("migrated {name}");
+        return Ok(());
+    }
     load(&db, &a).await?;
     let stores = MemoryStores::postgres(db.clone()).await?;
     let diary = stores.diary.clone();
-    let (big, small) = (big_agent(), small_agent());
+    let (big, small) = (agent(&db, "big").await?, agent(&db, "small").await?);
     let now = Utc::now();
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let queries = sample_queries(&db, a.queries + 100).await?;
+    if queries.len() < a.queries + 100 {
+        bail!("sampled only {} query vectors", queries.len());
+    }
+    let mut queries = queries.into_iter();
+    let mut next = || queries.next().unwrap_or_default();
 
     // Warm up the cache and the prepared statements.
     for _ in 0..20 {
-        let q = random_vector(a.dim, &mut seed);
+        let q = next();
         diary.similar(&big, &q, 50, now).await?;
     }
     let mut times = Vec::with_capacity(a.queries);
     let mut short = 0;
     for _ in 0..a.queries {
-        let q = random_vector(a.dim, &mut seed);
+        let q = next();
         let started = Instant::now();
         let found = diary.similar(&big, &q, 50, now).await?;
         let recent = diary.recent(&big, Page::first(50), now).await?;
@@ -198,7 +248,7 @@ async fn main() -> anyhow::Result<()> {
     let mut hits = 0;
     let checks = 20;
     for _ in 0..checks {
-        let q = random_vector(a.dim, &mut seed);
+        let q = next();
         let found = diary.similar(&big, &q, 50, now).await?;
         let exact = client
             .query(
@@ -218,7 +268,7 @@ async fn main() -> anyhow::Result<()> {
     let mut times = Vec::new();
     let mut counts = Vec::new();
     for _ in 0..50 {
-        let q = random_vector(a.dim, &mut seed);
+        let q = next();
         let started = Instant::now();
         let found = diary.similar(&small, &q, 50, now).await?;
         times.push(started.elapsed());
