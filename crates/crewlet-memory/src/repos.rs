@@ -6,8 +6,13 @@
 //! Vectors: the learning layer embeds, the repositories store and compare.
 //! Similarity is cosine (1 = same direction). A vector narrower than the
 //! database's embedding column is stored zero-padded, which leaves every
-//! cosine unchanged; a wider one is refused. Rows without a vector never
-//! appear in a similarity search.
+//! cosine unchanged; a wider one is refused, and so are empty, all-zero
+//! and non-finite ones (cosine is undefined for them), all as
+//! [`MemoryError::Invalid`]. Rows without a vector never appear in a
+//! similarity search.
+//!
+//! Order: ties and names sort bytewise (`COLLATE "C"`), so both backends
+//! list the same rows in the same order.
 //!
 //! Time: reads that hide expired rows take `now`, so a test (and the twin)
 //! decide the clock, not the database.
@@ -26,6 +31,7 @@ pub trait Diary: Send + Sync {
     /// Writes a row, unless a live row of the same agent holds exactly the
     /// same content (then that row is returned as [`DiaryWrite::Duplicate`]
     /// and nothing is written). Empty content is [`MemoryError::Invalid`].
+    /// A new row's `created_at` is `now`.
     async fn write(
         &self,
         entry: NewDiaryEntry,
@@ -98,7 +104,7 @@ pub trait Episodes: Send + Sync {
     async fn counts(&self, agent_handle: &str) -> Result<EpisodeCounts, MemoryError>;
 
     /// Agents holding more than `raw_threshold` raw episodes, with their
-    /// raw counts (what compaction looks for).
+    /// raw counts (what compaction looks for), by handle.
     async fn over_raw_threshold(
         &self,
         raw_threshold: usize,
@@ -163,7 +169,7 @@ pub trait Skills: Send + Sync {
         name: &str,
     ) -> Result<Vec<SkillVersion>, MemoryError>;
 
-    /// Adds one use at `at`.
+    /// Adds one use at `at` (`last_used_at` never moves back).
     async fn record_use(
         &self,
         agent_handle: &str,

@@ -166,8 +166,49 @@ async fn embedding_width_is_fixed_at_first_migration() -> anyhow::Result<()> {
         ),
         "{err:?}"
     );
-    let status = Migrator::new(db, small).status().await?;
+    let status = Migrator::new(db.clone(), small).status().await?;
     assert_eq!(status.embedding_dim, Some(8));
+    assert_eq!(crewlet_store::stored_embedding_dim(&db).await?, Some(8));
+    Ok(())
+}
+
+#[tokio::test]
+async fn stored_embedding_dim_is_none_before_the_first_migration() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::empty().await else {
+        return Ok(());
+    };
+    assert_eq!(crewlet_store::stored_embedding_dim(&db).await?, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn episodes_carry_task_and_skills_and_write_a_turn_once() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    let client = db.client().await?;
+    let insert = "INSERT INTO episodes (id, agent_handle, task_id, started_at, ended_at)
+                  VALUES ('00000000-0000-0000-0000-000000000001', 'eng', 'ENG-1',
+                          '2026-03-01T10:00:00Z', '2026-03-01T10:01:00Z')
+                  ON CONFLICT DO NOTHING";
+    assert_eq!(client.execute(insert, &[]).await?, 1);
+    assert_eq!(
+        client.execute(insert, &[]).await?,
+        0,
+        "the turn id is the key"
+    );
+    let row = client
+        .query_one("SELECT task_id, skills_used::text FROM episodes", &[])
+        .await?;
+    assert_eq!(row.get::<_, Option<String>>(0).as_deref(), Some("ENG-1"));
+    assert_eq!(row.get::<_, String>(1), "[]");
+    for index in ["episodes_by_id", "agent_diary_content"] {
+        let found: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&index])
+            .await?
+            .get(0);
+        assert!(found, "index {index} missing");
+    }
     Ok(())
 }
 
