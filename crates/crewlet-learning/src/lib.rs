@@ -36,7 +36,7 @@ mod text;
 mod tools;
 
 pub use learning::{AuxModel, Learning, LearningParts};
-pub use prefetch::{ONBOARDING, PEOPLE, PERSONAL_MEMORY, SIMILAR_WORK, SKILLS};
+pub use prefetch::{ONBOARDING, PEOPLE, PERSONAL_MEMORY, SIMILAR_WORK, SKILLS, hybrid_candidates};
 pub use reflect::Reflection;
 pub use settings::LearningSettings;
 pub use tools::{

@@ -18,14 +18,15 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use crewlet_core::payload::{MemoryPrefetched, PrefetchBlock};
-use crewlet_memory::{DiaryEntry, DiaryKind, EpisodeFilter, Page, Scored, SkillState};
+use crewlet_memory::{Diary, DiaryEntry, DiaryKind, EpisodeFilter, Page, Scored, SkillState};
 use crewlet_turn::{AuxCall, MemorySection, Recall, RecallRequest, SeatProfile};
 use uuid::Uuid;
 
 use crate::learning::{EventContext, Learning, day};
 use crate::memo::TurnMemo;
+use crate::settings::LearningSettings;
 use crate::text::{clip, indices};
 
 pub const PERSONAL_MEMORY: &str = "## Personal memory";
@@ -58,9 +59,30 @@ pub(crate) async fn diary_candidates(
     seat: &SeatProfile,
     query: Option<&[f32]>,
 ) -> Vec<DiaryEntry> {
-    let s = &learning.settings;
-    let now = Utc::now();
-    let diary = &learning.stores.diary;
+    hybrid_candidates(
+        learning.stores.diary.as_ref(),
+        seat,
+        query,
+        &learning.settings,
+        Utc::now(),
+    )
+    .await
+}
+
+/// The hybrid candidate pool the Plan prefetch and `refresh_memory` hand
+/// to the relevance filter: the seat's `diary_vector_limit` live rows most
+/// similar to `query` (none without a query), in similarity order, then
+/// its `diary_recency_limit` newest live rows not already in, deduplicated
+/// by id and cut to `candidate_pool`. A failed read is logged and counts
+/// as empty. Public so the recall test measures this very selection.
+pub async fn hybrid_candidates(
+    diary: &dyn Diary,
+    seat: &SeatProfile,
+    query: Option<&[f32]>,
+    settings: &LearningSettings,
+    now: DateTime<Utc>,
+) -> Vec<DiaryEntry> {
+    let s = settings;
     let (similar, recent) = tokio::join!(
         async {
             match query {
