@@ -556,8 +556,12 @@ async fn diagnose(
             plan = rows
                 .iter()
                 .map(|r| r.get::<_, String>(0))
-                .filter(|l| l.contains("Scan") || l.contains("Sort"))
-                .map(|l| l.trim().trim_start_matches("-> ").to_owned())
+                .filter(|l| l.contains("Scan") || l.contains("Sort  "))
+                .map(|l| {
+                    // The node alone: no costs, no vector literal.
+                    let node = l.split("  (cost").next().unwrap_or(&l);
+                    node.trim().trim_start_matches("-> ").to_owned()
+                })
                 .collect::<Vec<_>>()
                 .join(" / ");
         }

@@ -161,17 +161,34 @@ pub(crate) async fn nearest(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let mut client = db.client().await?;
-    let tx = client
-        .transaction()
+    let client = db.client().await?;
+    let settings = client
+        .prepare_cached(SCAN_SETTINGS)
         .await
-        .map_err(query_err(format!("starting {what}")))?;
+        .map_err(query_err("preparing the hnsw scan settings"))?;
+    let search = client
+        .prepare_cached(sql.approx)
+        .await
+        .map_err(query_err(format!("preparing {what}")))?;
     let ef = ef_search(limit).to_string();
-    query(&tx, "setting the hnsw scan", SCAN_SETTINGS, &[&ef]).await?;
-    let rows = query(&tx, what, sql.approx, params).await?;
-    tx.commit()
-        .await
-        .map_err(query_err(format!("finishing {what}")))?;
+    let ef_param: [&(dyn ToSql + Sync); 1] = [&ef];
+    // The transaction, its settings, the search and the commit in one round
+    // trip: the driver queues each request when its future is first polled,
+    // in poll order, and `join!` polls all four in that order within one
+    // poll (so a cancelled call either sent all four or none). `join!`, not
+    // `try_join!`: an early error must not keep COMMIT from being queued,
+    // or the pooled connection would stay inside the transaction. After a
+    // failed statement the COMMIT rolls back.
+    let (begin, set, found, commit) = tokio::join!(
+        client.batch_execute("BEGIN"),
+        client.query(&settings, &ef_param),
+        client.query(&search, params),
+        client.batch_execute("COMMIT"),
+    );
+    begin.map_err(query_err(format!("starting {what}")))?;
+    set.map_err(query_err("setting the hnsw scan"))?;
+    let rows = found.map_err(query_err(what.to_owned()))?;
+    commit.map_err(query_err(format!("finishing {what}")))?;
     if rows.len() >= limit {
         return Ok(rows);
     }
