@@ -115,11 +115,12 @@ fn fixture() -> Fixture {
     fixture
 }
 
-/// `None` (skip) without the model outside CI.
+/// `None` (skip, reported by every test that skips) without the model
+/// outside CI.
 fn embedded() -> Option<&'static Embedded> {
-    static CELL: OnceLock<Option<Embedded>> = OnceLock::new();
-    CELL.get_or_init(|| {
-        let dir = crewlet_test_support::services::require_embed_model()?;
+    static CELL: OnceLock<Embedded> = OnceLock::new();
+    let dir = crewlet_test_support::services::require_embed_model()?;
+    Some(CELL.get_or_init(|| {
         let fixture = fixture();
         let started = Instant::now();
         let embedder = LocalEmbedder::load(&dir, LocalEmbedderOptions::default())
@@ -136,15 +137,14 @@ fn embedded() -> Option<&'static Embedded> {
         let queries = embedder
             .embed_blocking(&texts)
             .unwrap_or_else(|e| panic!("embedding the triggers: {e}"));
-        Some(Embedded {
+        Embedded {
             fixture,
             entries,
             queries,
             load,
             embed: started.elapsed(),
-        })
-    })
-    .as_ref()
+        }
+    }))
 }
 
 /// Writes every entry as the agent's, dated `age_days` before [`now`] (a
