@@ -86,6 +86,31 @@ fn diary_sentences(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// User + system CPU time of this process, in seconds (from `/proc`, in
+/// clock ticks of 1/100 s).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // fields after the `(comm)`, which may hold spaces
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = f.get(11)?.parse().ok()?;
+            let stime: f64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// The 1-minute load average, to read the figures by (other builds share
+/// the cores).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 fn rss_mib() -> f64 {
     let kib = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -118,17 +143,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     embedder.embed(&sentences[..32]).await?;
     let rss_warm = rss_mib();
 
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
     for s in &sentences {
         embedder.embed(std::slice::from_ref(s)).await?;
     }
-    let single = started.elapsed();
+    let (single, single_cpu) = (started.elapsed(), cpu_seconds() - cpu);
 
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
     for chunk in sentences.chunks(32) {
         embedder.embed(chunk).await?;
     }
-    let batched = started.elapsed();
+    let (batched, batched_cpu) = (started.elapsed(), cpu_seconds() - cpu);
     let rss_end = rss_mib();
 
     let n = sentences.len() as f64;
@@ -147,23 +172,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     );
     println!();
-    println!("| calls | sentences/s | ms per call | ms per sentence |");
-    println!("|---|---:|---:|---:|");
+    println!("| calls | sentences/s | ms per call | ms per sentence | CPU ms per sentence |");
+    println!("|---|---:|---:|---:|---:|");
     println!(
-        "| one sentence each | {:.1} | {:.2} | {:.2} |",
+        "| one sentence each | {:.1} | {:.2} | {:.2} | {:.2} |",
         n / single.as_secs_f64(),
         single.as_secs_f64() * 1000.0 / n,
-        single.as_secs_f64() * 1000.0 / n
+        single.as_secs_f64() * 1000.0 / n,
+        single_cpu * 1000.0 / n
     );
     let calls = sentences.len().div_ceil(32) as f64;
     println!(
-        "| batches of 32 | {:.1} | {:.2} | {:.2} |",
+        "| batches of 32 | {:.1} | {:.2} | {:.2} | {:.2} |",
         n / batched.as_secs_f64(),
         batched.as_secs_f64() * 1000.0 / calls,
-        batched.as_secs_f64() * 1000.0 / n
+        batched.as_secs_f64() * 1000.0 / n,
+        batched_cpu * 1000.0 / n
     );
     println!();
     println!("load: {:.0} ms", load.as_secs_f64() * 1000.0);
+    println!("load average: {}", load_average());
     println!(
         "RSS: {rss_before:.1} MiB before load -> {rss_loaded:.1} MiB loaded (+{:.1}) -> {rss_warm:.1} MiB after a warm-up batch of 32 (+{:.1}) -> {rss_end:.1} MiB at the end",
         rss_loaded - rss_before,
