@@ -29,6 +29,7 @@ mod memo;
 mod persist;
 mod prefetch;
 pub mod profiles;
+pub mod rank;
 mod reflect;
 mod settings;
 mod skills;

@@ -20,7 +20,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewlet_core::payload::{MemoryPrefetched, PrefetchBlock};
-use crewlet_memory::{Diary, DiaryEntry, DiaryKind, EpisodeFilter, Page, Scored, SkillState};
+use crewlet_memory::{Diary, DiaryEntry, DiaryKind, EpisodeFilter, Page, SkillState};
 use crewlet_turn::{AuxCall, MemorySection, Recall, RecallRequest, SeatProfile};
 use uuid::Uuid;
 
@@ -57,11 +57,13 @@ that should be done differently now. Do not invent details; answer only with the
 pub(crate) async fn diary_candidates(
     learning: &Learning,
     seat: &SeatProfile,
+    text: &str,
     query: Option<&[f32]>,
 ) -> Vec<DiaryEntry> {
     hybrid_candidates(
         learning.stores.diary.as_ref(),
         seat,
+        text,
         query,
         &learning.settings,
         Utc::now(),
@@ -73,11 +75,14 @@ pub(crate) async fn diary_candidates(
 /// to the relevance filter: the seat's `diary_vector_limit` live rows most
 /// similar to `query` (none without a query), in similarity order, then
 /// its `diary_recency_limit` newest live rows not already in, deduplicated
-/// by id and cut to `candidate_pool`. A failed read is logged and counts
-/// as empty. Public so the recall test measures this very selection.
+/// by id and cut to `candidate_pool`, then ordered by meaning, words and
+/// age together ([`crate::rank`]) for the trigger `text`. A failed read is
+/// logged and counts as empty. Public so the recall test measures this
+/// very selection.
 pub async fn hybrid_candidates(
     diary: &dyn Diary,
     seat: &SeatProfile,
+    text: &str,
     query: Option<&[f32]>,
     settings: &LearningSettings,
     now: DateTime<Utc>,
@@ -106,23 +111,7 @@ pub async fn hybrid_candidates(
                 })
         }
     );
-    merge_candidates(similar, recent, s.candidate_pool)
-}
-
-/// Vector hits first, then recent rows not already in, cut to `cap`.
-pub(crate) fn merge_candidates(
-    similar: Vec<Scored<DiaryEntry>>,
-    recent: Vec<DiaryEntry>,
-    cap: usize,
-) -> Vec<DiaryEntry> {
-    let mut seen = std::collections::HashSet::new();
-    similar
-        .into_iter()
-        .map(|s| s.item)
-        .chain(recent)
-        .filter(|e| seen.insert(e.id))
-        .take(cap)
-        .collect()
+    crate::rank::rank_candidates(text, similar, recent, s.candidate_pool, s.pool_weights)
 }
 
 /// The relevance filter over `candidates`: the indices it kept, `None`
@@ -246,7 +235,7 @@ impl Learning {
         query: Option<&[f32]>,
         turn: Turn<'_>,
     ) -> Block {
-        let candidates = diary_candidates(self, seat, query).await;
+        let candidates = diary_candidates(self, seat, task, query).await;
         if candidates.is_empty() {
             return Block::empty("personal_memory", 0);
         }

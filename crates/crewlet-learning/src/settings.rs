@@ -3,6 +3,8 @@
 
 use crewlet_memory::SkillLimits;
 
+use crate::rank::PoolWeights;
+
 /// Everything the loop's workers and tools are sized by. The defaults are
 /// the original engine's numbers.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,6 +15,8 @@ pub struct LearningSettings {
     pub diary_recency_limit: usize,
     /// The union of both, deduplicated, is cut to this many candidates.
     pub candidate_pool: usize,
+    /// How the pool is ordered (meaning, words, age).
+    pub pool_weights: PoolWeights,
     /// The relevance filter keeps at most this many entries.
     pub max_selected: usize,
     /// The `## Personal memory` digest is at most this many characters.
@@ -58,6 +62,7 @@ impl Default for LearningSettings {
             diary_vector_limit: 50,
             diary_recency_limit: 50,
             candidate_pool: 100,
+            pool_weights: PoolWeights::default(),
             max_selected: 8,
             digest_chars: 1500,
             short_ttl_days: 30,

@@ -183,7 +183,7 @@ impl Tool for RefreshMemory {
         }
         let query_text = format!("{task}\n{hint}");
         let query = self.0.embed(&query_text).await;
-        let candidates = diary_candidates(&self.0, &seat, query.as_deref()).await;
+        let candidates = diary_candidates(&self.0, &seat, &query_text, query.as_deref()).await;
         let answer = if candidates.is_empty() {
             "Your memory is empty.".to_owned()
         } else {
