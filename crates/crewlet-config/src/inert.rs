@@ -77,7 +77,11 @@ fn walk(
                     continue;
                 };
                 if let Some(reason) = prop.get(MARK).and_then(Value::as_str) {
-                    out.push((at, reason.to_owned()));
+                    // A nested struct serializes every field: a marked field
+                    // still at its default was not set by the document.
+                    if prop.get("default") != Some(v) {
+                        out.push((at, reason.to_owned()));
+                    }
                     continue;
                 }
                 walk(root, prop, v, &at, out);
