@@ -91,12 +91,7 @@ impl Tool for ReflectAndPersist {
     }
 
     fn annotations(&self) -> ToolAnnotations {
-        ToolAnnotations {
-            read_only: false,
-            destructive: false,
-            idempotent: true,
-            open_world: false,
-        }
+        ToolAnnotations::own_records()
     }
 
     async fn invoke(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
@@ -480,12 +475,7 @@ impl Tool for MarkOnboarded {
     }
 
     fn annotations(&self) -> ToolAnnotations {
-        ToolAnnotations {
-            read_only: false,
-            destructive: false,
-            idempotent: true,
-            open_world: false,
-        }
+        ToolAnnotations::own_records()
     }
 
     async fn invoke(&self, ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {

@@ -42,6 +42,18 @@ impl ToolAnnotations {
             open_world: false,
         }
     }
+
+    /// A tool that writes only the calling seat's own records (its
+    /// memory): not read-only, but it overwrites nothing, repeats harmlessly
+    /// and stays inside the company.
+    pub fn own_records() -> Self {
+        Self {
+            read_only: false,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        }
+    }
 }
 
 /// Who is calling a tool, and within which turn: tools act with the calling
