@@ -213,7 +213,7 @@ async fn write_all(
         let started = Instant::now();
         for (text, v) in chunk.iter().zip(vectors) {
             let entry = NewDiaryEntry {
-                agent_id: agent.clone(),
+                agent_id: *agent,
                 kind: DiaryKind::Long,
                 content: text.clone(),
                 ttl_until: None,
