@@ -86,33 +86,29 @@ pub(crate) fn learning_settings(company: &Company) -> LearningSettings {
     }
 }
 
-/// What [`start_learning`] needs from the engine being assembled.
-pub(crate) struct LearningSetup<'a> {
-    pub company: &'a Company,
-    pub seats: &'a HashMap<String, Arc<SeatRuntime>>,
-    pub stores: &'a Stores,
-    pub catalog: &'a ToolCatalog,
-    pub sink: Arc<dyn EventSink>,
-    pub embedder: Option<Arc<dyn Embedder>>,
-    /// The process's memory stores, when it opened them already.
-    pub memory: Option<MemoryStores>,
-    pub env: &'a (dyn Fn(&str) -> Option<String> + Send + Sync),
+/// What learning runs on: the embedder and the memory stores.
+pub(crate) struct LearningBase {
+    pub embedder: Arc<dyn Embedder>,
+    pub memory: MemoryStores,
 }
 
-/// The learning loop of the company, with its tools registered for the
-/// seats that learn; `None` (said once in the log) when learning is off.
-pub(crate) async fn start_learning(
-    setup: LearningSetup<'_>,
-    turns: &TurnEngine,
-) -> Option<(Arc<Learning>, MemoryStores)> {
-    let company = setup.company;
+/// Whether the company learns, and on what; `None` (said once in the log)
+/// when learning is off: switched off, no embedder, or the memory tables
+/// cannot be opened. `embedder` and `memory` are the caller's when given.
+pub(crate) async fn learning_base(
+    company: &Company,
+    stores: &Stores,
+    embedder: Option<Arc<dyn Embedder>>,
+    memory: Option<MemoryStores>,
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> Option<LearningBase> {
     if !company.learning.is_enabled() {
         info!("learning is off: `learning.enabled` is false");
         return None;
     }
-    let embedder = match setup.embedder {
+    let embedder = match embedder {
         Some(e) => e,
-        None => match company_embedder(company, setup.env) {
+        None => match company_embedder(company, env) {
             Ok(e) => e,
             Err(why) => {
                 info!(reason = %why, "learning is off: agents start every turn without memory");
@@ -120,22 +116,35 @@ pub(crate) async fn start_learning(
             }
         },
     };
-    let memory = match setup.memory {
+    let memory = match memory {
         Some(m) => m,
-        None => memory_stores(setup.stores).await?,
+        None => memory_stores(stores).await?,
     };
+    Some(LearningBase { embedder, memory })
+}
+
+/// The learning loop of the company on `base`, with its tools registered
+/// for the seats that learn.
+pub(crate) fn start_learning(
+    company: &Company,
+    base: &LearningBase,
+    seats: &HashMap<String, Arc<SeatRuntime>>,
+    catalog: &ToolCatalog,
+    sink: Arc<dyn EventSink>,
+    turns: &TurnEngine,
+) -> Arc<Learning> {
     let learning = Arc::new(Learning::new(LearningParts {
-        stores: memory.clone(),
-        embedder,
+        stores: base.memory.clone(),
+        embedder: base.embedder.clone(),
         aux: Arc::new(turns.auxiliary()),
-        sink: setup.sink,
+        sink,
         settings: learning_settings(company),
         company: company.name.clone(),
         source: "engine.learning".into(),
     }));
     let default = company.learning.is_enabled();
     let mut learners = Vec::new();
-    for runtime in setup.seats.values() {
+    for runtime in seats.values() {
         let learns = runtime.seat.role.learns(default);
         learning.register_seat(&runtime.profile, learns);
         if learns {
@@ -143,14 +152,12 @@ pub(crate) async fn start_learning(
         }
     }
     for tool in learning.tools() {
-        setup
-            .catalog
-            .add_builtin(tool, Visibility::roles(learners.iter().cloned()));
+        catalog.add_builtin(tool, Visibility::roles(learners.iter().cloned()));
     }
     info!(
         seats = learners.len(),
-        opted_out = setup.seats.len() - learners.len(),
+        opted_out = seats.len() - learners.len(),
         "learning is on: diary, episodes, skills and profiles"
     );
-    Some((learning, memory))
+    learning
 }

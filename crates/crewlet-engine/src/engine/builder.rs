@@ -14,7 +14,7 @@ use crewlet_config::{Company, Organization};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_integrations::McpHub;
 use crewlet_llm::{Embedder, LlmRegistry};
-use crewlet_memory::MemoryStores;
+use crewlet_memory::{CounterpartyProfiles, MemoryStores};
 use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
 use crewlet_store::Stores;
 use crewlet_turn::{CompanyProfile, TurnEngine, TurnSettings, Visibility};
@@ -26,7 +26,7 @@ use super::profile::seat_profile;
 use super::{EVENT_SOURCE, Engine, EngineOptions, Shared};
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
-use crate::learning::{LearningSetup, start_learning};
+use crate::learning::{learning_base, start_learning};
 use crate::llm::build_registry;
 use crate::maintenance::Maintenance;
 use crate::router::{NotificationRouter, RouterHandler};
@@ -169,7 +169,16 @@ impl EngineBuilder {
             Some(r) => r,
             None => build_registry(&company, options.env.as_ref()).0,
         };
-        let tools = start_tools(&company, &org, &options).await;
+        let base = learning_base(
+            &company,
+            &self.stores,
+            self.embedder,
+            self.memory,
+            options.env.as_ref(),
+        )
+        .await;
+        let notes = base.as_ref().map(|b| b.memory.profiles.clone());
+        let tools = start_tools(&company, &org, &options, notes).await;
         let SeatRuntimes { seats, order } = seat_runtimes(&company, &org);
         let sink: Arc<dyn crewlet_turn::EventSink> = Arc::new(QueueEventSink::new(
             self.queue.clone(),
@@ -184,31 +193,13 @@ impl EngineBuilder {
         )
         .with_tools(tools.catalog.registry.clone())
         .with_settings(turn_settings(&company, &options));
-        let learning = start_learning(
-            LearningSetup {
-                company: &company,
-                seats: &seats,
-                stores: &self.stores,
-                catalog: &tools.catalog,
-                sink,
-                embedder: self.embedder,
-                memory: self.memory,
-                env: options.env.as_ref(),
-            },
-            &turns,
-        )
-        .await;
-        let (learning, memory) = match learning {
-            Some((l, m)) => {
-                turns = turns.with_recall(l.clone());
-                tools.catalog.add_builtin(
-                    Arc::new(LookupColleague::new(org.clone()).with_profiles(m.profiles.clone())),
-                    Visibility::All,
-                );
-                (Some(l), Some(m))
-            }
-            None => (None, None),
-        };
+        let learning = base
+            .as_ref()
+            .map(|base| start_learning(&company, base, &seats, &tools.catalog, sink, &turns));
+        if let Some(l) = &learning {
+            turns = turns.with_recall(l.clone());
+        }
+        let memory = base.map(|b| b.memory);
         let max_turns =
             usize::try_from(company.turn_engine.max_concurrent_turns).unwrap_or(usize::MAX);
         let runtime = Arc::new(TurnRuntime::new(
@@ -245,10 +236,21 @@ impl EngineBuilder {
     }
 }
 
-/// The builtin tools, and the company's MCP servers when the options say so.
-async fn start_tools(company: &Company, org: &Arc<Organization>, options: &EngineOptions) -> Tools {
+/// The builtin tools, and the company's MCP servers when the options say
+/// so; `lookup_colleague` shows the caller's notes when learning keeps them.
+async fn start_tools(
+    company: &Company,
+    org: &Arc<Organization>,
+    options: &EngineOptions,
+    notes: Option<Arc<dyn CounterpartyProfiles>>,
+) -> Tools {
     let catalog = Arc::new(ToolCatalog::new());
-    catalog.add_builtin(Arc::new(LookupColleague::new(org.clone())), Visibility::All);
+    let lookup = LookupColleague::new(org.clone());
+    let lookup = match notes {
+        Some(profiles) => lookup.with_profiles(profiles),
+        None => lookup,
+    };
+    catalog.add_builtin(Arc::new(lookup), Visibility::All);
     if !options.start_mcp || company.mcp_servers.is_empty() {
         return Tools {
             catalog,

@@ -1,15 +1,20 @@
-//! Builtin tools that need only the organization.
+//! Builtin tools that need only the organization (and, when learning is
+//! on, the caller's own notes on people).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use crewlet_config::{Organization, Seat, SeatKind};
-use crewlet_memory::CounterpartyProfiles;
+use crewlet_memory::{CounterpartyProfiles, Page};
 use crewlet_turn::{Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
 /// Most colleagues one lookup returns.
 const MAX_MATCHES: usize = 20;
+
+/// Most of the caller's profiles one lookup reads.
+const MAX_NOTES: usize = 1000;
 
 /// `lookup_colleague {query}`: finds seats by handle, name, unit or goal,
 /// with what the calling seat has learned of each (its counterparty
@@ -35,11 +40,28 @@ impl LookupColleague {
         self
     }
 
-    /// The caller's notes on `seat`, under any identity the seat has.
-    async fn notes(&self, observer: &str, seat: &Seat) -> Vec<String> {
+    /// Every note `observer` holds, by subject: read once per lookup.
+    async fn notes_of(&self, observer: &str) -> HashMap<String, Vec<String>> {
+        let mut by_subject: HashMap<String, Vec<String>> = HashMap::new();
         let Some(profiles) = &self.profiles else {
-            return Vec::new();
+            return by_subject;
         };
+        match profiles.list(observer, Page::first(MAX_NOTES)).await {
+            Ok(all) => {
+                for p in &all {
+                    by_subject
+                        .entry(p.subject.clone())
+                        .or_default()
+                        .push(crewlet_learning::profiles::render(p));
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "reading counterparty profiles failed"),
+        }
+        by_subject
+    }
+
+    /// The notes on `seat`, under any identity the seat has.
+    fn notes_on(notes: &HashMap<String, Vec<String>>, seat: &Seat) -> Vec<String> {
         let mut ids: Vec<&str> = vec![seat.handle.as_str()];
         if let Some(c) = &seat.role.contact {
             for id in [
@@ -57,14 +79,11 @@ impl LookupColleague {
                 ids.push(id.as_str());
             }
         }
-        let mut out = Vec::new();
-        for id in ids {
-            match profiles.about(observer, id).await {
-                Ok(found) => out.extend(found.iter().map(crewlet_learning::profiles::render)),
-                Err(e) => tracing::debug!(error = %e, "reading counterparty profiles failed"),
-            }
-        }
-        out
+        ids.into_iter()
+            .filter_map(|id| notes.get(id))
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     fn describe(&self, seat: &Seat) -> Value {
@@ -168,13 +187,14 @@ impl Tool for LookupColleague {
                 .collect()
         };
         let total = found.len();
+        let notes = self.notes_of(&ctx.agent_handle).await;
         let mut list: Vec<Value> = Vec::new();
         for s in found.into_iter().take(MAX_MATCHES) {
             let mut v = self.describe(s);
             if s.handle == ctx.agent_handle {
                 v["is_you"] = json!(true);
             } else {
-                let notes = self.notes(&ctx.agent_handle, s).await;
+                let notes = Self::notes_on(&notes, s);
                 if !notes.is_empty() {
                     v["your_notes"] = json!(notes);
                 }
