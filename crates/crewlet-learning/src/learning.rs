@@ -2,7 +2,7 @@
 //! the event sink the loop's parts share, and the steps they have in
 //! common (embed, write a diary row, emit a learning event).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -65,10 +65,9 @@ pub struct Learning {
     pub(crate) reflected: RecentTurns,
     company: String,
     source: String,
-    /// Handles of seats whose role says `learning_enabled: false`.
-    opted_out: RwLock<HashSet<String>>,
-    /// Seats by handle, for work that runs outside a turn (compaction).
-    seats: RwLock<HashMap<String, SeatProfile>>,
+    /// Seats by handle (for work outside a turn, e.g. compaction), and
+    /// whether each learns (`false`: its role says `learning_enabled: false`).
+    seats: RwLock<HashMap<String, (SeatProfile, bool)>>,
 }
 
 impl std::fmt::Debug for Learning {
@@ -93,7 +92,6 @@ impl Learning {
             reflected: RecentTurns::new(remembered),
             company: parts.company,
             source: parts.source,
-            opted_out: RwLock::new(HashSet::new()),
             seats: RwLock::new(HashMap::new()),
         }
     }
@@ -109,21 +107,21 @@ impl Learning {
     /// Registers a seat (or re-registers it after a config change) and
     /// whether its role lets it learn.
     pub fn register_seat(&self, seat: &SeatProfile, learning_enabled: bool) {
-        if learning_enabled {
-            self.opted_out.write().remove(&seat.handle);
-        } else {
-            self.opted_out.write().insert(seat.handle.clone());
-        }
-        self.seats.write().insert(seat.handle.clone(), seat.clone());
+        self.seats
+            .write()
+            .insert(seat.handle.clone(), (seat.clone(), learning_enabled));
     }
 
     /// Whether the seat learns (not opted out by its role).
     pub fn is_enabled(&self, handle: &str) -> bool {
-        !self.opted_out.read().contains(handle)
+        self.seats
+            .read()
+            .get(handle)
+            .is_none_or(|(_, learns)| *learns)
     }
 
     pub(crate) fn seat(&self, handle: &str) -> Option<SeatProfile> {
-        self.seats.read().get(handle).cloned()
+        self.seats.read().get(handle).map(|(seat, _)| seat.clone())
     }
 
     /// The vector of `text`, or `None` (logged) when the embedder fails.
