@@ -386,3 +386,118 @@ async fn llm_calls_migration_backfills_recent_phase_events_from_their_payloads()
     assert!(covering, "the rollup index should include llm_calls");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_diary_is_split_by_agent_and_the_upgrade_keeps_every_row() -> anyhow::Result<()> {
+    let Some((_guard, db)) = common::migrated().await else {
+        return Ok(());
+    };
+    let migration = MIGRATIONS
+        .iter()
+        .find(|m| m.name == "0009_diary_by_agent.sql")
+        .map(|m| m.sql.replace("{{embedding_dim}}", "1536"))
+        .unwrap_or_else(|| panic!("0009_diary_by_agent.sql is not embedded"));
+    let client = db.client().await?;
+    // Back to the one table of 0004 + 0008, holding rows of 40 agents (some
+    // with a TTL, some without a vector), as an older crewlet wrote them.
+    client
+        .batch_execute(
+            "DROP TABLE agent_diary;
+             CREATE TABLE agent_diary (
+                 id uuid PRIMARY KEY, agent_id uuid NOT NULL,
+                 kind text NOT NULL CHECK (kind IN ('diary_long', 'diary_short')),
+                 content text NOT NULL, embedding vector(1536), ttl_until timestamptz,
+                 created_at timestamptz NOT NULL DEFAULT now());
+             CREATE INDEX agent_diary_embedding ON agent_diary USING hnsw (embedding vector_cosine_ops);
+             CREATE INDEX agent_diary_recent ON agent_diary (agent_id, created_at DESC);
+             CREATE INDEX agent_diary_expiry ON agent_diary (ttl_until) WHERE ttl_until IS NOT NULL;
+             CREATE INDEX agent_diary_content ON agent_diary (agent_id, md5(content));
+             INSERT INTO agent_diary (id, agent_id, kind, content, embedding, ttl_until, created_at)
+             SELECT gen_random_uuid(), md5('agent ' || (g % 40))::uuid,
+                    CASE WHEN g % 3 = 0 THEN 'diary_short' ELSE 'diary_long' END,
+                    'note ' || g,
+                    CASE WHEN g % 5 = 0 THEN NULL
+                         ELSE (SELECT array_agg(CASE WHEN i = 1 + g % 1536 THEN 1 ELSE 0 END)
+                               FROM generate_series(1, 1536) i)::vector END,
+                    CASE WHEN g % 3 = 0 THEN now() + interval '1 day' END,
+                    now() - make_interval(secs => g)
+             FROM generate_series(1, 400) g;
+             CREATE TABLE diary_before AS SELECT * FROM agent_diary;",
+        )
+        .await?;
+    client
+        .batch_execute(&format!("BEGIN; {migration}; COMMIT;"))
+        .await?;
+
+    let kind: String = client
+        .query_one(
+            "SELECT relkind::text FROM pg_class WHERE relname = 'agent_diary'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(kind, "p", "agent_diary is a partitioned table");
+    let partitions: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_partition_tree('agent_diary') WHERE isleaf",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(partitions, 32);
+    let lost: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (
+                 (SELECT id, agent_id, kind, content, embedding::text, ttl_until, created_at FROM diary_before
+                  EXCEPT SELECT id, agent_id, kind, content, embedding::text, ttl_until, created_at FROM agent_diary)
+                 UNION ALL
+                 (SELECT id, agent_id, kind, content, embedding::text, ttl_until, created_at FROM agent_diary
+                  EXCEPT SELECT id, agent_id, kind, content, embedding::text, ttl_until, created_at FROM diary_before)) d",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(lost, 0, "every row survives the upgrade unchanged");
+    let split: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT agent_id FROM agent_diary
+                                   GROUP BY agent_id HAVING count(DISTINCT tableoid) > 1) s",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(split, 0, "an agent's rows live in one partition");
+    for index in [
+        "agent_diary_embedding",
+        "agent_diary_recent",
+        "agent_diary_expiry",
+        "agent_diary_content",
+        "agent_diary_pkey",
+    ] {
+        let parts: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_partition_tree($1::text::regclass) WHERE isleaf",
+                &[&index],
+            )
+            .await?
+            .get(0);
+        assert_eq!(parts, 32, "{index} exists on every partition");
+    }
+    // One agent's search reads one partition.
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN SELECT id FROM agent_diary WHERE agent_id = md5('agent 7')::uuid
+             ORDER BY created_at DESC LIMIT 5",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let touched = plan
+        .iter()
+        .filter(|l| l.contains(" on agent_diary_p"))
+        .count();
+    assert_eq!(touched, 1, "{plan:#?}");
+    Ok(())
+}

@@ -186,7 +186,14 @@ async fn prepare(dsn: &str, a: &Args, corpus: &Corpus) -> anyhow::Result<()> {
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        // The diary is partitioned: its indexes are defined `ON ONLY` the
+        // parent, which would build nothing on the partitions.
+        .map(|r| {
+            (
+                r.get(0),
+                r.get::<_, String>(1).replacen(" ON ONLY ", " ON ", 1),
+            )
+        })
         .collect();
     for (name, _) in &indexes {
         client.batch_execute(&format!("DROP INDEX {name}")).await?;
@@ -225,8 +232,14 @@ async fn prepare(dsn: &str, a: &Args, corpus: &Corpus) -> anyhow::Result<()> {
     println!("VACUUM ANALYZE: {:.1} s", started.elapsed().as_secs_f64());
     let size: String = client
         .query_one(
-            "SELECT pg_size_pretty(pg_table_size('agent_diary')) || ' table, ' ||
-                    pg_size_pretty(pg_relation_size('agent_diary_embedding')) || ' hnsw index'",
+            // Summed over the partitions (a partitioned relation has no
+            // storage of its own).
+            "SELECT pg_size_pretty(sum(pg_table_size(relid))
+                        FILTER (WHERE relid::text NOT LIKE '%embedding%')) || ' table, ' ||
+                    pg_size_pretty(sum(pg_relation_size(relid))
+                        FILTER (WHERE relid::text LIKE '%embedding%')) || ' hnsw index'
+             FROM (SELECT relid FROM pg_partition_tree('agent_diary')
+                   UNION ALL SELECT relid FROM pg_partition_tree('agent_diary_embedding')) t",
             &[],
         )
         .await?
@@ -511,7 +524,10 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let db = Database::connect(&dsn).await?;
-    Migrator::new(
+    // A kept database made by an older build is upgraded here: the time of
+    // a migration over a full diary is a figure worth having.
+    let started = Instant::now();
+    let migrated = Migrator::new(
         db.clone(),
         MigrationOptions {
             embedding_dim: DIM as u32,
@@ -519,6 +535,13 @@ async fn main() -> anyhow::Result<()> {
     )
     .run()
     .await?;
+    if !migrated.applied.is_empty() {
+        println!(
+            "migrations {} applied in {:.1} s",
+            migrated.applied.join(", "),
+            started.elapsed().as_secs_f64()
+        );
+    }
     let corpus = Corpus::new(a.topics, a.agents);
     prepare(&dsn, &a, &corpus).await?;
 
