@@ -3,15 +3,13 @@
 
 mod common;
 
+use common::json_of;
+
 use chrono::{Duration as ChronoDuration, Utc};
 use common::*;
 use crewlet_core::{AgentId, Event, EventType};
 use crewlet_store::{BudgetCharge, ChargeOutcome};
 use serde_json::{Value, json};
-
-async fn json_of(r: reqwest::Response) -> Value {
-    r.json().await.unwrap()
-}
 
 fn is_uuid(v: &Value) -> bool {
     v.as_str().is_some_and(|s| uuid::Uuid::parse_str(s).is_ok())

@@ -2,14 +2,11 @@
 
 mod common;
 
+use common::json_of;
+
 use chrono::{Duration as ChronoDuration, SubsecRound, Utc};
 use common::*;
 use crewlet_core::{Event, EventType, TraceContext};
-use serde_json::Value;
-
-async fn json_of(r: reqwest::Response) -> Value {
-    r.json().await.unwrap()
-}
 
 #[tokio::test]
 async fn health_is_200_and_ready_is_503_until_a_company_is_active() {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::json_of;
+
 use std::time::Duration;
 
 use common::*;
@@ -12,10 +14,6 @@ use crewlet_core::payload::EventPayload;
 use crewlet_integrations::RawWebhook;
 use crewlet_queue::topics;
 use serde_json::{Value, json};
-
-async fn json_of(r: reqwest::Response) -> Value {
-    r.json().await.unwrap()
-}
 
 /// Asserts exactly one `raw_webhook` on the inbound topic, from `source`, with a trace.
 fn assert_one_inbound(h: &Harness, source: &str) -> RawWebhook {

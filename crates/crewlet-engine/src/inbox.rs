@@ -10,7 +10,6 @@ use crewlet_config::Seat;
 use crewlet_core::{Event, TraceContext};
 use crewlet_queue::{EventQueue, QueueError, topics};
 
-use crate::sink::publish_event;
 use crate::task::TaskRequest;
 
 /// A seat's inbox on one queue node.
@@ -33,7 +32,7 @@ impl<'a> Inbox<'a> {
     }
 
     /// Posts `request` to `seat` as task `task_id`, emitted in `emitted_in`
-    /// (see [`TaskRequest::to_event`]). Returns the `task_created` event
+    /// (see [`crate::task::task_event`]). Returns the `task_created` event
     /// once the inbox holds it; the stream mirror is best effort (a failure
     /// there is logged, the task is posted all the same).
     pub async fn post(
@@ -44,12 +43,13 @@ impl<'a> Inbox<'a> {
         source: &str,
         emitted_in: Option<TraceContext>,
     ) -> Result<Arc<Event>, PostError> {
-        let task = Arc::new(request.to_event(seat, task_id, source, emitted_in));
-        let topic = topics::agent_inbox(&seat.handle).topic;
-        if let Err(source) = self.queue.publish_shared(&topic, task.clone()).await {
+        let task = Arc::new(crate::task::task_event(
+            request, seat, task_id, source, emitted_in,
+        ));
+        if let Err(source) = topics::post_task(self.queue, &seat.handle, task.clone()).await {
+            let topic = topics::agent_inbox(&seat.handle).topic;
             return Err(PostError { topic, source });
         }
-        publish_event(self.queue, (*task).clone()).await;
         Ok(task)
     }
 }

@@ -63,7 +63,7 @@ pub use router::{
 pub use run::{RunOptions, init_telemetry};
 pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};
 pub use seat::SeatState;
-pub use task::{TaskRequest, derived_task_id};
+pub use task::{TaskPriority, TaskRequest, derived_task_id};
 pub use tools::{TOOL_NAME_SEPARATOR, tool_name};
 
 /// A `providers.llm` block for test companies (validation wants one when

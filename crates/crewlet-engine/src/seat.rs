@@ -234,7 +234,7 @@ impl EventHandler for InboxHandler {
                 return Ok(());
             }
         };
-        let trigger = request.trigger(event);
+        let trigger = crate::task::trigger(&request, event);
 
         // Hold the task (unacknowledged, in order) while the database is
         // down: the turn would pay for completions it cannot charge.

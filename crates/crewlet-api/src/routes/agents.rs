@@ -77,7 +77,7 @@ pub struct SeatView {
     pub reports: Vec<String>,
 }
 
-fn not_configured() -> HttpError {
+pub(crate) fn not_configured() -> HttpError {
     HttpError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "not_configured",

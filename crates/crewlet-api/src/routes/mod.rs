@@ -7,6 +7,7 @@ pub(crate) mod config;
 pub(crate) mod events;
 pub(crate) mod memory;
 pub(crate) mod probes;
+pub(crate) mod tasks;
 pub(crate) mod webhooks;
 
 use axum::extract::Request;
@@ -84,6 +85,7 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(agents::agents))
         .routes(routes!(agents::agent))
         .routes(routes!(memory::agent_memory))
+        .routes(routes!(tasks::post_task))
         .routes(routes!(agents::org))
         .routes(routes!(agents::tools))
         .routes(routes!(events::events))

@@ -330,3 +330,8 @@ impl Harness {
             .unwrap()
     }
 }
+
+/// The response body as JSON (panics on a body that is not).
+pub async fn json_of(r: reqwest::Response) -> serde_json::Value {
+    r.json().await.unwrap()
+}

@@ -12,6 +12,7 @@
 
 pub mod learning;
 pub mod lenient;
+pub mod task;
 pub mod turn;
 
 pub use turn::{
@@ -19,6 +20,8 @@ pub use turn::{
     LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted, ToolExecution,
     TriggerSummary, TurnGuardBreach,
 };
+
+pub use task::{TaskPriority, TaskRequest, TaskSeat};
 
 pub use learning::{
     AgentOnboarded, DiaryWritten, EpisodeRecorded, MemoryPrefetched, PrefetchBlock, ProfileUpdated,
