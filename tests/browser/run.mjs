@@ -1,0 +1,423 @@
+// Browser checks of the dashboard, with node:test and playwright-core.
+//
+//   cd tests/browser && npm install && node run.mjs
+//
+// Env:
+//   CREWLET_URL     the server (http://host:port); unset: a mock server
+//                   (mock-server.mjs) is started in this process
+//   CREWLET_TOKEN   a bearer token with the admin scope (writes, /config);
+//                   the mock's is used against the mock
+//   CREWLET_READS_NEED_TOKEN=1   put the token in every page (reads closed)
+//   CHROMIUM        the browser (default /usr/bin/chromium)
+//   SCREENSHOTS     where <room>.png go (default docs/dashboard/ of the repo)
+//
+// Checks that need the mock's scripted company (a seat that is always
+// working, a skipped notification, failures, the socket kicked) run only
+// against the mock.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { createMock } from './mock-server.mjs';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const SHOTS = path.resolve(process.env.SCREENSHOTS || path.join(HERE, '../../docs/dashboard'));
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+const DESKTOP = { width: 1280, height: 800 };
+const PHONE = { width: 390, height: 844 };
+const T = 20000;
+
+let base;
+let mock = null;
+let token = process.env.CREWLET_TOKEN || null;
+let browser;
+let snap;
+
+async function getJson(p, { auth = false } = {}) {
+  const headers = { Accept: 'application/json' };
+  if ((auth || process.env.CREWLET_READS_NEED_TOKEN === '1') && token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(base + p, { headers });
+  assert.ok(res.ok, `GET ${p}: ${res.status}`);
+  return res.json();
+}
+
+before(async () => {
+  if (process.env.CREWLET_URL) base = process.env.CREWLET_URL.replace(/\/+$/, '');
+  else {
+    mock = createMock({ speed: 0.5 });
+    base = await mock.listen(0);
+    token = mock.token;
+  }
+  fs.mkdirSync(SHOTS, { recursive: true });
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+  snap = await getJson('/stream/snapshot');
+});
+
+after(async () => {
+  await browser?.close();
+  await mock?.close();
+});
+
+/** Expected failures: memory off, /config without a token, a missing seat. */
+function allowed(res, opts) {
+  const u = new URL(res.url());
+  if (/^\/agents\/[^/]+\/memory$/.test(u.pathname) && [404, 503].includes(res.status())) return true;
+  if (opts.allow && opts.allow(u, res.status())) return true;
+  return false;
+}
+
+/** A page with its problems collected: uncaught errors, console.error, unexpected 4xx/5xx. */
+async function open(hash, opts = {}) {
+  const context = await browser.newContext({ viewport: opts.viewport || DESKTOP, colorScheme: opts.colorScheme || 'light' });
+  const withToken = opts.token ?? process.env.CREWLET_READS_NEED_TOKEN === '1';
+  if (withToken && token) await context.addInitScript((t) => sessionStorage.setItem('crewlet.token', t), token);
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) problems.push(`console.error: ${m.text()}`);
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400 && !allowed(r, opts)) problems.push(`HTTP ${r.status()} ${r.url()}`);
+  });
+  page.on('requestfailed', (r) => {
+    if (!r.url().includes('/ws/stream')) problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`);
+  });
+  if (hash !== null) await page.goto(`${base}/dashboard${hash}`);
+  return { page, context, problems };
+}
+
+async function roomReady(page, name) {
+  const root = page.locator(`[data-room="${name}"][data-loaded="true"]`);
+  await root.waitFor({ timeout: T });
+  return root;
+}
+
+const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+
+// ---- every room ------------------------------------------------------------------
+
+function rooms() {
+  const agent = snap.seats.find((s) => s.kind !== 'human' && s.state === 'working') || snap.seats.find((s) => s.kind !== 'human');
+  const withTrace = snap.events.find((e) => e.trace_id);
+  const list = [
+    ['mission', '#/mission'],
+    ['agents', '#/agents'],
+    agent && ['agent', `#/agents/${encodeURIComponent(agent.handle)}`],
+    ['traces', '#/traces'],
+    withTrace && ['trace', `#/traces/${withTrace.trace_id}`],
+    ['tokens', '#/tokens?days=7'],
+    ['events', '#/events'],
+    snap.events[0] && ['event', `#/events/${snap.events[0].id}`],
+    ['schedules', '#/schedules'],
+    ['tools', '#/tools'],
+    ['budgets', '#/budgets'],
+  ];
+  return list.filter(Boolean);
+}
+
+test('every room renders its root without errors, screenshot at 1280x800', async (t) => {
+  for (const [name, hash] of rooms()) {
+    await t.test(name, async () => {
+      const { page, context, problems } = await open(hash);
+      await roomReady(page, name);
+      assert.equal(await page.locator('[data-room]').count(), 1, 'one room at a time');
+      await page.waitForTimeout(300);
+      await shot(page, name);
+      assert.deepEqual(problems, [], `${name}: ${problems.join('\n')}`);
+      await context.close();
+    });
+  }
+});
+
+test('config rooms with the admin token (or the token dialog without one)', async () => {
+  if (!token) {
+    const { page, context, problems } = await open('#/config', { allow: (u, s) => u.pathname.startsWith('/config') && s === 401 });
+    await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: T });
+    await shot(page, 'config');
+    assert.deepEqual(problems, []);
+    await context.close();
+    return;
+  }
+  const { page, context, problems } = await open('#/config', { token: true });
+  await roomReady(page, 'config');
+  await page.locator('[data-testid="revisions"] tbody tr').first().waitFor();
+  await shot(page, 'config');
+  const revs = await getJson('/config/revisions?limit=5', { auth: true });
+  const inactive = revs.find((r) => !r.is_active) || revs[0];
+  await page.locator(`[data-revision="${inactive.revision_id}"] a`).first().click();
+  await roomReady(page, 'config-revision');
+  await page.waitForTimeout(200);
+  await shot(page, 'config-revision');
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('mission control at a 390 px phone width, and in dark mode', async () => {
+  const { page, context, problems } = await open('#/mission', { viewport: PHONE });
+  await roomReady(page, 'mission');
+  assert.equal(await page.locator('#nav').isVisible(), false, 'the nav collapses to a menu');
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, `no sideways scroll at 390 px (${overflow}px too wide)`);
+  await page.waitForTimeout(300);
+  await page.screenshot({ path: path.join(SHOTS, 'mission-phone.png') });
+  await page.locator('#menu-btn').click();
+  assert.equal(await page.locator('#nav').isVisible(), true);
+  await page.screenshot({ path: path.join(SHOTS, 'mission-phone-menu.png') });
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+
+  const dark = await open('#/mission', { colorScheme: 'dark' });
+  await roomReady(dark.page, 'mission');
+  await dark.page.waitForTimeout(300);
+  await dark.page.screenshot({ path: path.join(SHOTS, 'mission-dark.png') });
+  assert.deepEqual(dark.problems, []);
+  await dark.context.close();
+});
+
+test('seats show their state from the snapshot', async () => {
+  const { page, context } = await open('#/mission');
+  await roomReady(page, 'mission');
+  for (const seat of snap.seats) {
+    const el = page.locator(`[data-room="mission"] [data-seat="${seat.handle}"]`);
+    assert.equal(await el.count(), 1, seat.handle);
+    assert.ok(['idle', 'working', 'failed', 'afk', 'offline'].includes(await el.getAttribute('data-state')));
+  }
+  await context.close();
+});
+
+test('token totals shown equal the /tokens/breakdown answer', async () => {
+  const { page, context, problems } = await open(null);
+  for (const days of [7, 30, 1]) {
+    const [res] = await Promise.all([
+      page.waitForResponse((r) => r.url().includes('/tokens/breakdown'), { timeout: T }),
+      page.goto(`${base}/dashboard#/tokens?days=${days}`),
+    ]);
+    const b = await res.json();
+    assert.equal(new URL(res.url()).searchParams.get('since_days'), String(days));
+    await roomReady(page, 'tokens');
+    const attr = async (name) => Number(await page.locator(`[data-testid="token-totals"] [${name}]`).getAttribute(name));
+    assert.equal(await attr('data-total-tokens'), b.totals.total_tokens, `total, ${days} days`);
+    assert.equal(await attr('data-input-tokens'), b.totals.input_tokens);
+    assert.equal(await attr('data-output-tokens'), b.totals.output_tokens);
+    assert.equal(await attr('data-calls'), b.totals.calls);
+    const text = await page.locator('[data-total-tokens]').textContent();
+    assert.equal(Number(text.replace(/\D/g, '')), b.totals.total_tokens, 'the visible number');
+    const phaseSum = await page.locator('[data-rollup="phase"] tbody tr').evaluateAll((rows) => rows.reduce((n, r) => n + Number(r.dataset.total), 0));
+    assert.equal(phaseSum, b.by_phase.reduce((n, r) => n + r.total_tokens, 0));
+    await page.locator('[data-room="tokens"] svg.chart').first().waitFor({ state: 'attached' }).catch(() => {});
+    await page.reload();
+    await roomReady(page, 'tokens');
+    assert.equal(await page.locator('#days').inputValue(), String(days), 'a refresh keeps the window');
+    await page.goto(`${base}/dashboard#/mission`);
+  }
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('keyboard: skip link first, then the nav; the phone menu opens from the keyboard', async () => {
+  const { page, context } = await open('#/mission');
+  await roomReady(page, 'mission');
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'skip');
+  let reached = null;
+  for (let i = 0; i < 25 && reached !== 'agents'; i++) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => (document.activeElement?.closest('nav') ? document.activeElement.dataset.nav : null));
+  }
+  assert.equal(reached, 'agents', 'Tab reaches the nav');
+  const ring = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+  assert.notEqual(ring, 'none', 'focus is visible');
+  await page.keyboard.press('Enter');
+  await roomReady(page, 'agents');
+  assert.equal(await page.locator('nav a[aria-current="page"]').getAttribute('data-nav'), 'agents');
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'room-title', 'focus moves to the new room');
+  await page.reload();
+  await roomReady(page, 'agents');
+  await page.keyboard.press('Tab');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'main', 'the skip link moves focus to main');
+  await context.close();
+
+  const phone = await open('#/mission', { viewport: PHONE });
+  await roomReady(phone.page, 'mission');
+  let onMenu = false;
+  for (let i = 0; i < 10 && !onMenu; i++) {
+    await phone.page.keyboard.press('Tab');
+    onMenu = await phone.page.evaluate(() => document.activeElement?.id === 'menu-btn');
+  }
+  assert.ok(onMenu, 'Tab reaches the menu button');
+  await phone.page.keyboard.press('Enter');
+  assert.equal(await phone.page.locator('#menu-btn').getAttribute('aria-expanded'), 'true');
+  await phone.page.keyboard.press('Tab');
+  assert.ok(await phone.page.evaluate(() => !!document.activeElement?.closest('nav')), 'then the nav');
+  await phone.context.close();
+});
+
+test('back and refresh keep the place', async () => {
+  const { page, context } = await open('#/mission');
+  await roomReady(page, 'mission');
+  await page.locator('nav a[data-nav="agents"]').click();
+  await roomReady(page, 'agents');
+  const first = page.locator('[data-room="agents"] tbody tr a.handle').first();
+  const handle = await first.textContent();
+  await first.click();
+  await roomReady(page, 'agent');
+  assert.equal(await page.locator('[data-room="agent"]').getAttribute('data-handle'), handle);
+  await page.reload();
+  await roomReady(page, 'agent');
+  await page.goBack();
+  await roomReady(page, 'agents');
+  await page.goBack();
+  await roomReady(page, 'mission');
+  await context.close();
+});
+
+test('events: filters are in the URL and "older" pages with next', async () => {
+  const { page, context, problems } = await open('#/events');
+  await roomReady(page, 'events');
+  const rows = page.locator('[data-room="events"] tbody tr');
+  const n = await rows.count();
+  assert.ok(n > 0);
+  const older = page.locator('[data-testid="older"]');
+  if (await older.isVisible()) {
+    await older.click();
+    await page.waitForFunction((k) => document.querySelectorAll('[data-room="events"] tbody tr').length > k, n, { timeout: T });
+    const ids = await rows.evaluateAll((r) => r.map((x) => x.dataset.event));
+    assert.equal(new Set(ids).size, ids.length, 'no event twice');
+  }
+  await page.selectOption('#f-category', 'task');
+  await page.locator('[data-testid="event-filters"] button[type="submit"]').click();
+  await page.waitForURL(/category=task/);
+  await roomReady(page, 'events');
+  const cats = await page.locator('[data-room="events"] tbody tr td:nth-child(3)').allTextContents();
+  assert.ok(cats.every((c) => c === 'task'), `only task events: ${[...new Set(cats)]}`);
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+// ---- against the mock's scripted company ---------------------------------------------
+
+const mockOnly = { skip: process.env.CREWLET_URL ? 'needs the mock company' : false };
+
+test('the working seat streams its turn: rail, live text, then the persisted phase', mockOnly, async () => {
+  const { page, context, problems } = await open('#/agents/eng');
+  await roomReady(page, 'agent');
+  const active = page.locator('[data-testid="phase-rail"] [data-phase][aria-current="step"]');
+  await active.waitFor({ timeout: T });
+  const phase = await active.getAttribute('data-phase');
+  assert.ok(['plan', 'execute', 'review'].includes(phase));
+  const live = page.locator('[data-testid="live-response"]');
+  await live.waitFor({ timeout: T });
+  const before = (await live.textContent()).length;
+  await page.waitForFunction((k) => (document.querySelector('[data-testid="live-response"]')?.textContent.length || 0) > k
+    || document.querySelector('[data-testid="phase-record"]'), before, { timeout: T });
+  await page.locator('[data-testid="phase-records"] [data-testid="phase-record"]').first().waitFor({ timeout: 30000 });
+  await page.locator('[data-testid="memory"]').waitFor({ timeout: T });
+  assert.equal(await page.locator('[data-testid="memory"] b').count(), 0, 'server text is never markup');
+  assert.match(await page.locator('[data-testid="memory"]').textContent(), /<b>not bold<\/b>/);
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('giving a seat a task asks for the token, then follows its trace', mockOnly, async () => {
+  const { page, context, problems } = await open('#/agents/support');
+  await roomReady(page, 'agent');
+  assert.equal(await page.locator('[data-testid="forget-token"]').isVisible(), false);
+  await page.fill('[data-testid="task-text"]', 'Check the <i>export</i> bug');
+  await page.fill('[data-testid="task-title"]', 'Export bug');
+  await page.selectOption('[data-testid="task-priority"]', 'high');
+  await page.click('[data-testid="task-submit"]');
+  await page.locator('[data-testid="token-dialog"]').waitFor();
+  await page.fill('[data-testid="token-input"]', token);
+  await page.click('[data-testid="token-submit"]');
+  await page.locator('[data-testid="task-trace-link"]').waitFor({ timeout: T });
+  await page.locator('[data-testid="task-trace"] li[data-type="task_created"]').waitFor({ timeout: T });
+  await page.locator('[data-testid="phase-rail"] [aria-current="step"]').waitFor({ timeout: T });
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('crewlet.token')), token);
+  await page.locator('[data-testid="forget-token"]').click();
+  assert.equal(await page.locator('[data-testid="forget-token"]').isVisible(), false);
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('crewlet.token')), null);
+  await page.click('[data-testid="task-trace-link"]');
+  await roomReady(page, 'trace');
+  await page.locator('[data-room="trace"] [data-type="agent_phase_completed"]').first().waitFor({ timeout: 30000 });
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('a trace: span tree, skip reasons inline, inspect shows prompt and response', mockOnly, async () => {
+  const skipped = (await getJson('/events?type=notification_skipped&limit=1')).events[0];
+  const { page, context, problems } = await open(`#/traces/${skipped.trace_id}`);
+  await roomReady(page, 'trace');
+  assert.match(await page.locator('[data-testid="skip-reason"]').textContent(), /no_seat_mentioned/);
+  assert.ok(await page.locator('[data-testid="trace-root"]').isVisible());
+  const phase = (await getJson('/events?type=agent_phase_completed&limit=50')).events.find((e) => e.payload?.phase === 'plan');
+  await page.goto(`${base}/dashboard#/traces/${phase.trace_id}`);
+  await roomReady(page, 'trace');
+  assert.ok(await page.locator('[data-room="trace"] ol.tree ol.tree').count() > 0, 'spans nest');
+  const inspect = page.locator(`[data-event="${phase.id}"] [data-testid="inspect"]`);
+  await inspect.click();
+  const panel = page.locator(`[data-event="${phase.id}"] [data-testid="inspect-panel"]`);
+  await panel.waitFor();
+  assert.equal(await page.locator(`[data-event="${phase.id}"] [data-testid="inspect"]`).getAttribute('aria-expanded'), 'true');
+  const text = await panel.textContent();
+  assert.ok(text.includes(phase.payload.prompt.slice(0, 40)), 'the prompt');
+  assert.ok(text.includes('<script>'), 'shown as text');
+  await shot(page, 'trace-inspect');
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('the socket resumes after a 4008 without repeating events', mockOnly, async () => {
+  const { page, context, problems } = await open('#/mission');
+  await roomReady(page, 'mission');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  const ids = () => page.locator('[data-room="mission"] .feed li').evaluateAll((l) => l.map((x) => x.dataset.event));
+  const first = await ids();
+  mock.kick(4008, 'too slow: test');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  await page.waitForFunction((top) => document.querySelector('[data-room="mission"] .feed li')?.dataset.event !== top, first[0], { timeout: T });
+  const after = await ids();
+  assert.equal(new Set(after).size, after.length, 'no event twice in the feed');
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('without a socket the page polls the snapshot', mockOnly, async () => {
+  const other = createMock({ noWs: true, speed: 0.5 });
+  const url = await other.listen(0);
+  const context = await browser.newContext({ viewport: DESKTOP });
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${url}/dashboard#/mission`);
+  await roomReady(page, 'mission');
+  await page.locator('#conn[data-conn="polling"]').waitFor({ timeout: T });
+  await page.waitForResponse((r) => r.url().endsWith('/stream/snapshot'), { timeout: 8000 });
+  assert.deepEqual(errors, []);
+  await context.close();
+  await other.close();
+});
+
+test('closed reads: the token dialog on load, then the socket with ?token=', mockOnly, async () => {
+  const other = createMock({ readAuth: true, speed: 0.5 });
+  const url = await other.listen(0);
+  const context = await browser.newContext({ viewport: DESKTOP });
+  const page = await context.newPage();
+  const sockets = [];
+  page.on('websocket', (ws) => sockets.push(ws.url()));
+  await page.goto(`${url}/dashboard#/mission`);
+  await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: T });
+  await page.fill('[data-testid="token-input"]', other.token);
+  await page.click('[data-testid="token-submit"]');
+  await roomReady(page, 'mission');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  assert.ok(sockets.some((u) => u.includes(`token=${other.token}`)), sockets.join(' '));
+  assert.ok(await page.locator('[data-testid="forget-token"]').isVisible());
+  await context.close();
+  await other.close();
+});
