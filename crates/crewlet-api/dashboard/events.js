@@ -26,8 +26,12 @@ export function events(ctx) {
   const f = Object.fromEntries(FIELDS.map((k) => [k, ctx.query.get(k) || '']));
   const input = (name, label, attrs = {}) => h('div', { class: 'field' }, h('label', { for: `f-${name}` }, label),
     h('input', { id: `f-${name}`, name, value: f[name], autocomplete: 'off', ...attrs }));
-  const handles = store.seatList().filter((s) => s.kind !== 'human').map((s) => s.handle);
-  if (f.agent && !handles.includes(f.agent)) handles.push(f.agent);
+  const seatOptions = () => {
+    const handles = store.seatList().filter((s) => s.kind !== 'human').map((s) => s.handle);
+    if (f.agent && !handles.includes(f.agent)) handles.push(f.agent);
+    return [h('option', { value: '' }, 'any'), handles.map((a) => h('option', { value: a, selected: a === f.agent }, a))];
+  };
+  const agentSelect = h('select', { id: 'f-agent', name: 'agent' }, seatOptions());
   const form = h('form', { class: 'filters', 'data-testid': 'event-filters', role: 'search' },
     input('type', 'Type', { list: 'event-types', placeholder: 'any' }),
     h('datalist', { id: 'event-types' }, TYPES.map((t) => h('option', { value: t }))),
@@ -35,8 +39,7 @@ export function events(ctx) {
       h('select', { id: 'f-category', name: 'category' }, h('option', { value: '' }, 'any'),
         CATEGORIES.map((c) => h('option', { value: c, selected: c === f.category }, c)))),
     h('div', { class: 'field' }, h('label', { for: 'f-agent' }, 'Agent'),
-      h('select', { id: 'f-agent', name: 'agent' }, h('option', { value: '' }, 'any'),
-        handles.map((a) => h('option', { value: a, selected: a === f.agent }, a)))),
+      agentSelect),
     input('task', 'Task id', { placeholder: 'any' }),
     input('trace', 'Trace id', { placeholder: 'any', pattern: '[0-9a-f]{32}', title: '32 lower-case hex digits' }),
     h('div', { class: 'field buttons' }, h('button', { type: 'submit' }, 'Apply'),
@@ -101,6 +104,7 @@ export function events(ctx) {
   })().catch((err) => { if (ctx.alive()) replace(body, errorBox(err)); })
     .finally(() => { if (ctx.alive()) loaded(root); });
 
+  ctx.on('snapshot', () => { if (agentSelect.options.length < 2) replace(agentSelect, seatOptions()); });
   ctx.on('event', (ev) => {
     if (evType(ev) === 'agent_turn_progress' || !matches(ev) || !root.dataset.loaded) return;
     body.querySelector('.empty')?.remove();

@@ -78,10 +78,13 @@ function addEvent(ev) {
     // Counts move only for events the snapshot did not already reflect.
     const counted = newer(ev.id, store.cursor);
     if (counted) store.cursor = ev.id;
-    store.events.unshift(ev);
+    // Newest first; a replayed event may be older than what is shown.
+    let at = 0;
+    while (at < store.events.length && store.events[at].id > ev.id) at++;
+    store.events.splice(at, 0, ev);
     if (store.events.length > MAX_EVENTS) store.ids.delete(store.events.pop().id);
     if (counted) bumpToday(ev, type);
-    if (ev.failed) {
+    if (FAILED_KIND[type] && counted) {
       store.attention.unshift({
         kind: FAILED_KIND[type] || type, handle: store.handleOf(ev), summary: ev.summary,
         at: ev.timestamp, event_id: ev.id, trace_id: ev.trace_id,

@@ -4,7 +4,7 @@
 import { api, qs } from './api.js';
 import { store } from './live.js';
 import {
-  h, room, replace, loaded, num, ms, when, section, empty, table, agentLink, errorBox, evType, short, throttle, clock,
+  h, room, replace, loaded, num, ms, when, section, empty, table, agentLink, errorBox, evType, short, throttle, clock, isFailed,
 } from './ui.js';
 
 const QUIET = 'agent_turn_progress';
@@ -21,7 +21,7 @@ function groups(events) {
   return [...by.entries()].map(([id, m]) => {
     const list = [...m.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
     const seats = [...new Set(list.map((e) => store.handleOf(e)).filter(Boolean))];
-    return { id, list, root: list[0], last: list[list.length - 1], seats, failed: list.filter((e) => e.failed).length };
+    return { id, list, root: list[0], last: list[list.length - 1], seats, failed: list.filter(isFailed).length };
   }).sort((a, b) => (a.last.id < b.last.id ? 1 : -1));
 }
 
@@ -127,10 +127,11 @@ export function trace(ctx) {
   const row = (ev) => {
     const handle = store.handleOf(ev);
     const off = Date.parse(ev.timestamp) - t0;
-    return h('div', { class: `trow ${ev.failed ? 'failed' : ''}`, 'data-event': ev.id, 'data-type': evType(ev) },
+    const bad = isFailed(ev);
+    return h('div', { class: `trow ${bad ? 'failed' : ''}`, 'data-event': ev.id, 'data-type': evType(ev) },
       h('span', { class: 'mono small muted', title: ev.timestamp }, `+${(off / 1000).toFixed(2)}s`),
       h('a', { href: `#/events/${encodeURIComponent(ev.id)}`, class: 'ev-type' }, evType(ev)),
-      ev.failed ? h('span', { class: 'tag bad' }, 'failed') : null,
+      bad ? h('span', { class: 'tag bad' }, 'failed') : null,
       h('span', { class: 'ev-sum' }, ev.summary || ''),
       handle ? agentLink(handle) : ev.agent_role ? h('span', { class: 'muted' }, ev.agent_role) : null,
       detailOf(ev, open.has(ev.id), toggle));
@@ -146,7 +147,7 @@ export function trace(ctx) {
     const first = list[0];
     const last = list[list.length - 1];
     t0 = Date.parse(first.timestamp);
-    const failed = list.filter((e) => e.failed).length;
+    const failed = list.filter(isFailed).length;
     const handles = [...new Set(list.map((e) => store.handleOf(e)).filter(Boolean))];
     replace(headBox, h('div', { class: 'panel trace-head', 'data-testid': 'trace-root' },
       h('p', { class: 'big' }, first.summary || evType(first)),

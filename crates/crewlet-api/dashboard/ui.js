@@ -83,6 +83,9 @@ export const clock = (iso) => {
 
 export const short = (id, n = 8) => (id ? String(id).slice(0, n) : '');
 export const evType = (ev) => ev.type ?? ev.event_type ?? '';
+const FAILED = new Set(['task_failed', 'llm_unavailable', 'budget_exhausted', 'turn.guard_breach', 'mcp_server_failed']);
+/** The snapshot and socket say `failed`; /events rows do not, so it is derived the same way. */
+export const isFailed = (ev) => ev.failed ?? (FAILED.has(evType(ev)) || (evType(ev) === 'agent_phase_completed' && ev.payload?.outcome === 'failed'));
 
 // ---- small components ------------------------------------------------------
 
@@ -174,10 +177,11 @@ export function throttle(fn, wait) {
 /** One event as a feed line (mission control, the agent page, a task's trace). */
 export function eventItem(ev, handle) {
   const type = evType(ev);
-  return h('li', { class: ev.failed ? 'ev failed' : 'ev', 'data-event': ev.id, 'data-type': type },
+  const bad = isFailed(ev);
+  return h('li', { class: bad ? 'ev failed' : 'ev', 'data-event': ev.id, 'data-type': type },
     when(ev.timestamp, { class: 'when ev-time' }),
     h('a', { href: `#/events/${encodeURIComponent(ev.id)}`, class: 'ev-type' }, type),
-    ev.failed ? h('span', { class: 'tag bad' }, 'failed') : null,
+    bad ? h('span', { class: 'tag bad' }, 'failed') : null,
     h('span', { class: 'ev-sum' }, ev.summary || ''),
     handle ? agentLink(handle) : ev.agent_role ? h('span', { class: 'muted' }, ev.agent_role) : null);
 }
@@ -185,9 +189,10 @@ export function eventItem(ev, handle) {
 /** One event as a table row (the events room). */
 export function eventRow(ev, handle) {
   const type = evType(ev);
-  return h('tr', { class: ev.failed ? 'failed' : null, 'data-event': ev.id },
+  const bad = isFailed(ev);
+  return h('tr', { class: bad ? 'failed' : null, 'data-event': ev.id },
     h('td', {}, when(ev.timestamp)),
-    h('td', {}, h('a', { href: `#/events/${encodeURIComponent(ev.id)}` }, type), ev.failed ? h('span', { class: 'tag bad' }, 'failed') : null),
+    h('td', {}, h('a', { href: `#/events/${encodeURIComponent(ev.id)}` }, type), bad ? h('span', { class: 'tag bad' }, 'failed') : null),
     h('td', {}, ev.category || ''),
     h('td', { class: 'wrap' }, ev.summary || ''),
     h('td', {}, handle ? agentLink(handle) : ev.agent_role || ''),
