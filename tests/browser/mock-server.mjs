@@ -306,6 +306,7 @@ export function createMock(opts = {}) {
     timers.add(t);
   });
   let stopped = false;
+  let loseCursor = false;
 
   async function liveTurn(handle, { summary, trace = hex(16), task = uuid7(), rootSpan = hex(8), created = true, source = 'api' }) {
     const seat = SEAT.get(handle);
@@ -701,7 +702,8 @@ export function createMock(opts = {}) {
     sendFrame(c, { kind: 'snapshot', data: snapshot() });
     const after = url.searchParams.get('after');
     if (after) {
-      const i = events.findIndex((ev) => ev.id === after);
+      const i = loseCursor ? -1 : events.findIndex((ev) => ev.id === after);
+      loseCursor = false;
       const replay = i < 0 ? [] : events.slice(i + 1);
       for (const ev of replay) sendFrame(c, { kind: 'event', data: { ...ev, failed: failed(ev) } });
       sendFrame(c, { kind: 'resumed', data: { after, replayed: replay.length, complete: i >= 0 } });
@@ -724,6 +726,8 @@ export function createMock(opts = {}) {
       engLoop();
       return `http://${host}:${addr.port}`;
     },
+    /** Test hook: the next resume answers `complete: false` (the cursor is too old). */
+    loseCursor() { loseCursor = true; },
     /** Test hook: drop every socket with a close code (e.g. 4008). */
     kick(code = 4008, reason = 'too slow: mock') { for (const c of [...clients]) closeClient(c, code, reason); },
     async close() {

@@ -387,6 +387,20 @@ test('the socket resumes after a 4008 without repeating events', mockOnly, async
   await context.close();
 });
 
+test('a resume that cannot replay everything refetches the room', mockOnly, async () => {
+  const { page, context, problems } = await open('#/tokens?days=7');
+  await roomReady(page, 'tokens');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  await page.evaluate(() => { document.querySelector('[data-room="tokens"]').dataset.old = 'yes'; });
+  mock.loseCursor();
+  const refetched = page.waitForResponse((r) => r.url().includes('/tokens/breakdown'), { timeout: T });
+  mock.kick(4008, 'too slow: test');
+  await refetched;
+  await page.locator('[data-room="tokens"][data-loaded="true"]:not([data-old])').waitFor({ timeout: T });
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
 test('without a socket the page polls the snapshot', mockOnly, async () => {
   const other = createMock({ noWs: true, speed: 0.5 });
   const url = await other.listen(0);
@@ -397,7 +411,11 @@ test('without a socket the page polls the snapshot', mockOnly, async () => {
   await page.goto(`${url}/dashboard#/mission`);
   await roomReady(page, 'mission');
   await page.locator('#conn[data-conn="polling"]').waitFor({ timeout: T });
+  const top = await page.locator('[data-room="mission"] .feed li').first().getAttribute('data-event');
   await page.waitForResponse((r) => r.url().endsWith('/stream/snapshot'), { timeout: 8000 });
+  await page.waitForFunction((id) => document.querySelector('[data-room="mission"] .feed li')?.dataset.event !== id, top, { timeout: T });
+  const ids = await page.locator('[data-room="mission"] .feed li').evaluateAll((l) => l.map((x) => x.dataset.event));
+  assert.equal(new Set(ids).size, ids.length, 'polls add events once');
   assert.deepEqual(errors, []);
   await context.close();
   await other.close();

@@ -4,7 +4,7 @@ import { api, qs, AuthCancelled } from './api.js';
 import { store } from './live.js';
 import {
   h, room, replace, loaded, num, ms, when, stateBadge, bar, section, empty, table, eventItem,
-  agentLink, traceLink, errorBox, evType, short, throttle, uuid,
+  agentLink, traceLink, errorBox, evType, short, throttle, uuid, syncFeed,
 } from './ui.js';
 
 const PHASES = ['plan', 'execute', 'review'];
@@ -170,7 +170,7 @@ export function agent(ctx) {
   const budgetBox = h('div', {});
   const turnsBox = h('div', {}, h('p', { class: 'loading' }, 'Loading…'));
   const memBox = h('div', {}, h('p', { class: 'loading' }, 'Loading…'));
-  const activity = h('ol', { class: 'feed', 'aria-live': 'polite', 'aria-relevant': 'additions', 'aria-label': `Events of ${handle}` });
+  const activity = h('ol', { class: 'feed', 'aria-live': 'off', 'aria-relevant': 'additions', 'aria-label': `Events of ${handle}` });
   const formBox = h('div', {});
   const follow = { trace: null, list: null, ids: new Set() };
   const root = room('agent', '', head,
@@ -256,9 +256,9 @@ export function agent(ctx) {
   function paintTurns() { replace(turnsBox, turnsTable(recentTurns)); }
 
   function paintActivity() {
-    replace(activity, store.events.filter((ev) => evType(ev) !== 'agent_turn_progress' && mine(ev)).slice(0, 15)
-      .map((ev) => eventItem(ev, handle)));
+    syncFeed(activity, store.events.filter((ev) => evType(ev) !== 'agent_turn_progress' && mine(ev)), (ev) => eventItem(ev, handle), 15);
     if (!activity.children.length) activity.append(h('li', { class: 'empty' }, 'Nothing recent.'));
+    if (store.loaded) activity.setAttribute('aria-live', 'polite');
   }
 
   function onPosted(r) {
@@ -316,7 +316,7 @@ export function agent(ctx) {
   });
 
   ctx.on('snapshot', () => { takeSeatTurn(seatNow()); paintHead(); paintTurn(); paintActivity(); });
-  ctx.on('agents', paintActivity);
+  ctx.on('agents', () => { activity.setAttribute('aria-live', 'off'); replace(activity); paintActivity(); });
   ctx.on('seat', (seat) => {
     if (seat.handle !== handle) return;
     takeSeatTurn(seat);
@@ -351,10 +351,7 @@ export function agent(ctx) {
       recentTurns.unshift(ev);
       paintTurns();
     }
-    const list = activity.querySelector('.empty');
-    if (list) list.remove();
-    activity.prepend(eventItem(ev, handle));
-    while (activity.children.length > 15) activity.lastChild.remove();
+    paintActivity();
   });
   return root;
 }

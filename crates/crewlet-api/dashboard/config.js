@@ -17,6 +17,30 @@ function failure(ctx, err, body) {
   } else replace(body, errorBox(err, problems(err)));
 }
 
+/** Line diff (LCS) of two pretty-printed values, with 2 lines of context. */
+function lineDiff(a, b) {
+  const x = JSON.stringify(a, null, 2).split('\n');
+  const y = JSON.stringify(b, null, 2).split('\n');
+  if (x.length * y.length > 250000) return null;
+  const n = x.length, m = y.length;
+  const L = Array.from({ length: n + 1 }, () => new Uint16Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = x[i] === y[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+  const ops = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && x[i] === y[j]) { ops.push([' ', x[i]]); i++; j++; }
+    else if (j < m && (i === n || L[i][j + 1] >= L[i + 1][j])) { ops.push(['+', y[j]]); j++; }
+    else { ops.push(['-', x[i]]); i++; }
+  }
+  const keep = ops.map((o, k) => o[0] !== ' ' || ops.slice(Math.max(0, k - 2), k + 3).some((p) => p[0] !== ' '));
+  const out = [];
+  ops.forEach((o, k) => {
+    if (keep[k]) out.push(h('span', { class: o[0] === '+' ? 'add' : o[0] === '-' ? 'del' : null }, `${o[0]} ${o[1]}`));
+    else if (keep[k - 1]) out.push(h('span', { class: 'gap' }, '  …'));
+  });
+  return h('div', { class: 'linediff', tabindex: '0', role: 'group', 'aria-label': 'changed lines' }, out);
+}
+
 const short64 = (v) => {
   if (v === undefined) return h('span', { class: 'muted' }, '–');
   const text = JSON.stringify(v);
@@ -90,9 +114,14 @@ function revision(ctx) {
           h('button', { type: 'button', 'data-testid': 'activate', onclick: () => act('activate', summary.value.trim()) }, 'Activate'),
           h('button', { type: 'button', class: 'ghost', 'data-testid': 'revert', onclick: () => act('revert', summary.value.trim()) }, 'Revert to it (new revision)'))),
       section(rec.is_active ? 'Diff (this is the active revision)' : 'Diff against the active revision',
-        diff.error ? errorBox(diff.error) : changes.length ? table(['Op', 'Path', 'Active', 'This revision'], changes.map((c) => h('tr', { class: `op-${c.op}` },
-          h('td', {}, h('span', { class: `tag ${c.op === 'remove' ? 'bad' : c.op === 'add' ? 'good' : ''}` }, c.op)),
-          h('td', { class: 'mono' }, c.path), h('td', {}, short64(c.old)), h('td', {}, short64(c.new)))), { 'data-testid': 'diff' })
+        diff.error ? errorBox(diff.error) : changes.length ? table(['Op', 'Path', 'Active → this revision'], changes.map((c) => {
+          const nested = c.op === 'replace' && c.old && c.new && typeof c.old === 'object' && typeof c.new === 'object';
+          return h('tr', { class: `op-${c.op}` },
+            h('td', {}, h('span', { class: `tag ${c.op === 'remove' ? 'bad' : c.op === 'add' ? 'good' : ''}` }, c.op)),
+            h('td', { class: 'mono' }, c.path),
+            h('td', {}, (nested && lineDiff(c.old, c.new)) || [c.op !== 'add' ? h('div', { class: 'del' }, '− ', short64(c.old)) : null,
+              c.op !== 'remove' ? h('div', { class: 'add' }, '+ ', short64(c.new)) : null]));
+        }), { 'data-testid': 'diff' })
           : empty('No differences.')),
       h('details', {}, h('summary', {}, 'The company in this revision (JSON)'), json(rec.payload)));
   }).catch((err) => { if (ctx.alive()) failure(ctx, err, body); })

@@ -64,9 +64,13 @@ function applySnapshot(snap) {
   const fresh = (snap.events || []).filter((ev) => !store.ids.has(ev.id));
   for (const ev of fresh) store.ids.add(ev.id);
   store.events = [...fresh, ...store.events].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, MAX_EVENTS);
+  const wasLoaded = store.loaded;
   store.loaded = true;
   store.error = null;
   store.emit('snapshot', snap);
+  // A later snapshot (a poll, a reconnect) brings events the rooms have not
+  // seen: hand them on as if they came live, oldest first.
+  if (wasLoaded) for (const ev of fresh.sort((a, b) => (a.id < b.id ? -1 : 1))) store.emit('event', ev);
 }
 
 function addEvent(ev) {

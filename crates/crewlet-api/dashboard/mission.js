@@ -4,7 +4,7 @@
 import { store } from './live.js';
 import {
   h, room, replace, loaded, num, compact, when, stateBadge, bar, section, empty, eventItem, agentLink, traceLink,
-  errorBox, evType, throttle,
+  errorBox, evType, throttle, syncFeed,
 } from './ui.js';
 
 const FEED = 40;
@@ -96,14 +96,19 @@ export function mission(ctx) {
   const statsBox = h('div', {});
   const org = h('div', {});
   const att = h('div', {});
-  const feed = h('ol', { class: 'feed', 'aria-live': 'polite', 'aria-relevant': 'additions', 'aria-label': 'Recent events' });
+  const feed = h('ol', { class: 'feed', 'aria-live': 'off', 'aria-relevant': 'additions', 'aria-label': 'Recent events' });
   const note = h('div', {});
   const root = room('mission', 'Mission control', note, statsBox,
     h('div', { class: 'mission-grid' },
       section('Organization', org),
       h('div', { class: 'side' }, section('Needs attention', att), section('Recent events', feed))));
 
-  const paintFeed = () => replace(feed, store.events.filter((e) => !QUIET.has(evType(e))).slice(0, FEED).map((e) => eventItem(e, store.handleOf(e))));
+  const shown = () => store.events.filter((e) => !QUIET.has(evType(e)));
+  const paintFeed = () => {
+    syncFeed(feed, shown(), (e) => eventItem(e, store.handleOf(e)), FEED);
+    // Announce only what arrives after the first paint.
+    if (store.loaded) feed.setAttribute('aria-live', 'polite');
+  };
   const paintAll = () => {
     replace(note, store.error && !store.loaded ? errorBox(store.error) : null);
     replace(statsBox, stats());
@@ -115,7 +120,7 @@ export function mission(ctx) {
   paintAll();
   ctx.on('snapshot', paintAll);
   ctx.on('error', paintAll);
-  ctx.on('agents', paintFeed);
+  ctx.on('agents', () => { feed.setAttribute('aria-live', 'off'); replace(feed); paintFeed(); });
   ctx.on('today', () => replace(statsBox, stats()));
   ctx.on('attention', () => replace(att, attentionList()));
   ctx.on('seat', (seat) => {
@@ -127,13 +132,7 @@ export function mission(ctx) {
       if (had) fresh.focus();
     } else replace(org, orgChart(store.seatList()));
   });
-  const addLive = throttle(() => {
-    // Prepend only what is new, so the live region announces additions.
-    const shown = new Set([...feed.children].map((li) => li.dataset.event));
-    const fresh = store.events.filter((e) => !QUIET.has(evType(e))).slice(0, FEED).filter((e) => !shown.has(e.id));
-    for (const ev of fresh.reverse()) feed.prepend(eventItem(ev, store.handleOf(ev)));
-    while (feed.children.length > FEED) feed.lastChild.remove();
-  }, 500);
+  const addLive = throttle(paintFeed, 500);
   ctx.on('event', (ev) => { if (!QUIET.has(evType(ev))) addLive(); });
   return root;
 }

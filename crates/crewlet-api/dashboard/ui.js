@@ -198,3 +198,19 @@ export function eventRow(ev, handle) {
     h('td', {}, handle ? agentLink(handle) : ev.agent_role || ''),
     h('td', {}, traceLink(ev.trace_id)));
 }
+
+/**
+ * Adds to a feed (newest first) the events of `events` it does not show yet,
+ * each in its place, keeping at most `max`: additions only, so a live region
+ * announces just what is new.
+ */
+export function syncFeed(list, events, item, max) {
+  const shown = new Set([...list.children].map((li) => li.dataset.event));
+  const fresh = events.slice(0, max).filter((e) => !shown.has(e.id));
+  if (fresh.length) list.querySelector(':scope > .empty')?.remove();
+  for (const ev of fresh) {
+    const before = [...list.children].find((li) => li.dataset.event && li.dataset.event < ev.id);
+    list.insertBefore(item(ev), before || null);
+  }
+  while (list.children.length > max) list.lastChild.remove();
+}
