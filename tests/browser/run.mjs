@@ -436,6 +436,12 @@ test('closed reads: the token dialog on load, then the socket with ?token=', moc
   await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
   assert.ok(sockets.some((u) => u.includes(`token=${other.token}`)), sockets.join(' '));
   assert.ok(await page.locator('[data-testid="forget-token"]').isVisible());
+  // After a reload the held token opens the socket too.
+  sockets.length = 0;
+  await page.reload();
+  await roomReady(page, 'mission');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  assert.ok(sockets.some((u) => u.includes(`token=${other.token}`)), sockets.join(' '));
   await context.close();
   await other.close();
 });

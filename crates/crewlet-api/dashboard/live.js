@@ -214,6 +214,13 @@ function connect() {
     if (ws !== sock) return;
     ws = null;
     clearTimeout(watchdog);
+    if (!opened && auth.token && !auth.readsNeedToken) {
+      // A token is held (from before a reload) and the socket was refused:
+      // reads may be closed, so try once more with ?token=.
+      auth.readsNeedToken = true;
+      scheduleReconnect(0);
+      return;
+    }
     if (!opened && !everOpened) startPolling();
     else if (!pollTimer) setConn('reconnecting');
     // 4008: too slow; catch up at once from the last event seen.

@@ -54,7 +54,7 @@ export function tokens(ctx) {
         h('div', {}, h('dt', {}, 'Input'), h('dd', { 'data-input-tokens': t.input_tokens ?? 0 }, num(t.input_tokens ?? 0))),
         h('div', {}, h('dt', {}, 'Output'), h('dd', { 'data-output-tokens': t.output_tokens ?? 0 }, num(t.output_tokens ?? 0))),
         h('div', {}, h('dt', {}, 'LLM calls'), h('dd', { 'data-calls': t.calls ?? 0 }, num(t.calls ?? 0)))),
-      h('p', { class: 'muted small' }, `Since ${b.since || `${b.since_days} days ago`}; counted through `,
+      h('p', { class: 'muted small' }, `Since ${b.since ? `${String(b.since).slice(0, 16).replace('T', ' ')} UTC` : `${b.since_days} days ago`}; counted through `,
         b.aggregated_through ? when(b.aggregated_through) : 'nothing yet', '. ',
         h('span', { class: 'legend' }, h('span', { class: 'sw in' }), 'input ', h('span', { class: 'sw out' }), 'output')),
       h('div', { class: 'grid2' },
