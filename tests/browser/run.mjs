@@ -445,3 +445,18 @@ test('closed reads: the token dialog on load, then the socket with ?token=', moc
   await context.close();
   await other.close();
 });
+
+test('memory off (503) reads as such on the agent page', mockOnly, async () => {
+  const other = createMock({ memoryOff: true, speed: 0.5 });
+  const url = await other.listen(0);
+  const context = await browser.newContext({ viewport: DESKTOP });
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${url}/dashboard#/agents/eng`);
+  await roomReady(page, 'agent');
+  assert.match(await page.locator('[data-testid="memory-off"]').textContent({ timeout: T }), /Memory is off/);
+  assert.deepEqual(errors, []);
+  await context.close();
+  await other.close();
+});

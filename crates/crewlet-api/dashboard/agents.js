@@ -280,8 +280,13 @@ export function agent(ctx) {
   }
 
   const seat0 = seatNow();
-  if (seat0?.kind === 'human') replace(formBox, h('p', { class: 'muted' }, 'A human seat: it takes no turns.'));
-  else replace(formBox, taskForm(handle, onPosted));
+  const paintForm = () => {
+    const human = seatNow()?.kind === 'human';
+    if (human && !formBox.dataset.human) replace(formBox, h('p', { class: 'muted' }, 'A human seat: it takes no turns.'));
+    else if (!human && !formBox.firstChild) replace(formBox, taskForm(handle, onPosted));
+    formBox.dataset.human = human ? 'true' : '';
+  };
+  paintForm();
   takeSeatTurn(seat0);
   paintHead();
   paintTurn();
@@ -311,11 +316,12 @@ export function agent(ctx) {
   }).catch((err) => {
     if (!ctx.alive()) return;
     if (err.status === 503 || err.status === 404) {
-      replace(memBox, h('p', { class: 'muted', 'data-testid': 'memory-off' }, 'Memory is off', err.body?.reason ? `: ${err.body.reason}` : '.'));
+      replace(memBox, h('p', { class: 'muted', 'data-testid': 'memory-off' }, err.status === 404 ? 'No memory: ' : 'Memory is off: ',
+        err.body?.reason || (err.status === 404 ? 'not an agent seat' : 'not configured')));
     } else replace(memBox, errorBox(err));
   });
 
-  ctx.on('snapshot', () => { takeSeatTurn(seatNow()); paintHead(); paintTurn(); paintActivity(); });
+  ctx.on('snapshot', () => { takeSeatTurn(seatNow()); paintHead(); paintTurn(); paintActivity(); paintForm(); });
   ctx.on('agents', () => { activity.setAttribute('aria-live', 'off'); replace(activity); paintActivity(); });
   ctx.on('seat', (seat) => {
     if (seat.handle !== handle) return;
@@ -340,14 +346,14 @@ export function agent(ctx) {
       }
       return;
     }
-    if (type === 'agent_phase_completed') {
+    if (type === 'agent_phase_completed' && ev.payload) {
       records.set(ev.id, ev);
       if (p.turn_id) shownTurn = p.turn_id;
       paintTurn();
     } else if (type === 'task_started' && p.turn_id) {
       shownTurn = p.turn_id;
       paintTurn();
-    } else if (type === 'agent_turn_completed') {
+    } else if (type === 'agent_turn_completed' && ev.payload) {
       recentTurns.unshift(ev);
       paintTurns();
     }

@@ -64,6 +64,7 @@ function applySnapshot(snap) {
   const fresh = (snap.events || []).filter((ev) => !store.ids.has(ev.id));
   for (const ev of fresh) store.ids.add(ev.id);
   store.events = [...fresh, ...store.events].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, MAX_EVENTS);
+  store.ids = new Set(store.events.map((ev) => ev.id));
   const wasLoaded = store.loaded;
   store.loaded = true;
   store.error = null;
