@@ -282,7 +282,7 @@ test('events: filters are in the URL and "older" pages with next', async () => {
   await roomReady(page, 'events');
   const rows = page.locator('[data-room="events"] tbody tr');
   const n = await rows.count();
-  assert.ok(n > 0);
+  if (snap.events.length) assert.ok(n > 0, 'the stored events are listed');
   const older = page.locator('[data-testid="older"]');
   if (await older.isVisible()) {
     await older.click();

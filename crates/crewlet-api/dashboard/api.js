@@ -37,6 +37,7 @@ export class AuthCancelled extends Error {
 }
 
 let pending = null;
+const LOOPBACK = /^(localhost|127(\.\d+){3}|\[::1\])$/;
 
 /** Opens the token dialog (one at a time); resolves once a token is set. */
 export function askToken(why) {
@@ -48,6 +49,8 @@ export function askToken(why) {
         h('h2', { id: 'token-title' }, 'API token'),
         h('p', {}, why || 'This needs a bearer token.'),
         h('label', { for: 'token-input' }, 'Token'), input,
+        LOOPBACK.test(location.hostname) ? h('p', { class: 'muted small' }, 'Running locally without configured tokens? The API wrote one to ',
+          h('code', {}, `~/.crewlet/run/api-${location.port || (location.protocol === 'https:' ? 443 : 80)}.token`), '.') : null,
         h('p', { class: 'muted small' }, 'Kept only in this tab (sessionStorage) until you forget it or close the tab.'),
         h('div', { class: 'row end' },
           h('button', { type: 'submit', value: 'cancel', class: 'ghost', formnovalidate: true }, 'Cancel'),
