@@ -506,7 +506,12 @@ export function createMock(opts = {}) {
       if (e) return err(res, 404, 'not_found', 'no such asset');
       const etag = `"mock-${started}"`;
       if (req.headers['if-none-match'] === etag) { res.writeHead(304); res.end(); return; }
-      res.writeHead(200, { 'Content-Type': MIME[path.extname(file)] || 'application/octet-stream', 'Cache-Control': 'no-cache', ETag: etag });
+      res.writeHead(200, {
+        'Content-Type': MIME[path.extname(file)] || 'application/octet-stream', 'Cache-Control': 'no-cache', ETag: etag,
+        // The strictest policy the page is meant to live under: nothing inline, nothing from elsewhere.
+        'Content-Security-Policy': "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        'X-Content-Type-Options': 'nosniff',
+      });
       res.end(data);
     });
   }

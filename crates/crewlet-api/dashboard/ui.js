@@ -97,6 +97,14 @@ export function stateBadge(state, phase) {
     h('span', { class: 'dot', 'aria-hidden': 'true' }), st === 'working' && phase ? `working · ${phase}` : st);
 }
 
+// Widths go through the CSSOM, not a style attribute: a strict
+// Content-Security-Policy (style-src 'self') allows that.
+function fill(pct) {
+  const el = h('span', {});
+  el.style.width = `${pct.toFixed(1)}%`;
+  return el;
+}
+
 export function bar(used, max, label) {
   used = Number(used) || 0;
   max = Number(max) || 0;
@@ -108,7 +116,7 @@ export function bar(used, max, label) {
     max > 0 ? h('div', {
       class: `meter ${level}`, role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': max, 'aria-valuenow': Math.min(used, max),
       'aria-label': label || 'Budget',
-    }, h('span', { style: `width:${pct.toFixed(1)}%` })) : null);
+    }, fill(pct)) : null);
 }
 
 export function json(value) {
