@@ -27,6 +27,7 @@ mod auth;
 mod company;
 mod engine_view;
 mod error;
+mod local_token;
 pub mod openapi;
 mod routes;
 mod serve;
@@ -39,5 +40,8 @@ pub use engine_view::{
     AgentState, AgentView, CurrentTask, EngineView, StaticEngineView, ToolAnnotations, ToolView,
 };
 pub use error::{ApiError, ErrorBody, HttpError};
+pub use local_token::{
+    LOCAL_TOKEN_ID, install_local_token, local_token_path, read_local_token, wants_local_token,
+};
 pub use serve::{Api, Background, bind, local_addr};
 pub use state::{ApiBuilder, ApiLimits, ApiState, ApiStores};

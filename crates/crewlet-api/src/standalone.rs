@@ -88,13 +88,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
     let backends = connect(&bootstrap).await?;
-    let builder = ApiBuilder::new(
-        bootstrap.api.clone(),
-        backends.queue.clone(),
-        &backends.stores,
-    )
-    .events(backends.stores.events.clone())
-    .security(bootstrap.security.clone());
+    let mut api_config = bootstrap.api.clone();
+    if let Ok(addr) = listener.local_addr()
+        && let Some(file) =
+            crate::install_local_token(&mut api_config, &addr.ip().to_string(), addr.port())
+    {
+        info!(file = %file.display(),
+            "no api token is configured: a local operator token for this loopback listener is in this file (`crewlet task send` and the dashboard's writes use it)");
+    }
+    let builder = ApiBuilder::new(api_config, backends.queue.clone(), &backends.stores)
+        .events(backends.stores.events.clone())
+        .security(bootstrap.security.clone());
     let api = with_memory(builder, backends.stores.database.clone())
         .await
         .build()

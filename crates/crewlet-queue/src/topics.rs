@@ -115,6 +115,27 @@ pub fn validate_group(topic: &str, group: &str) -> Result<(), QueueError> {
     Ok(())
 }
 
+/// Posts a `task_created` event for seat `handle`: first on its durable
+/// inbox (the work is accepted once this returns `Ok`), then, with the
+/// same id, on the event stream, where live views and the event store see
+/// it. The mirror is best effort: a failure there is logged, the task is
+/// posted all the same.
+pub async fn post_task(
+    queue: &dyn crate::EventQueue,
+    handle: &str,
+    task: std::sync::Arc<crewlet_core::Event>,
+) -> Result<(), crate::QueueError> {
+    queue
+        .publish_shared(&agent_inbox(handle).topic, task.clone())
+        .await?;
+    let (id, kind) = (task.id, task.event_type.clone());
+    if let Err(e) = queue.publish_shared(&events(&kind), task).await {
+        tracing::warn!(event_id = %id, event_type = %kind, error = %e,
+            "task posted, but its copy on the event stream was refused");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,25 +190,4 @@ mod tests {
         assert!(validate_group("t", "a/b").is_err());
         assert!(validate_group("t", "agent-eng").is_ok());
     }
-}
-
-/// Posts a `task_created` event for seat `handle`: first on its durable
-/// inbox (the work is accepted once this returns `Ok`), then, with the
-/// same id, on the event stream, where live views and the event store see
-/// it. The mirror is best effort: a failure there is logged, the task is
-/// posted all the same.
-pub async fn post_task(
-    queue: &dyn crate::EventQueue,
-    handle: &str,
-    task: std::sync::Arc<crewlet_core::Event>,
-) -> Result<(), crate::QueueError> {
-    queue
-        .publish_shared(&agent_inbox(handle).topic, task.clone())
-        .await?;
-    let (id, kind) = (task.id, task.event_type.clone());
-    if let Err(e) = queue.publish_shared(&events(&kind), task).await {
-        tracing::warn!(event_id = %id, event_type = %kind, error = %e,
-            "task posted, but its copy on the event stream was refused");
-    }
-    Ok(())
 }

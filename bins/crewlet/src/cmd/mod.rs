@@ -7,6 +7,7 @@ mod migrate;
 mod run;
 mod run_api;
 mod schema;
+mod task;
 mod validate;
 
 use std::future::Future;
@@ -42,6 +43,8 @@ pub enum Command {
     Config(config::Args),
     /// Token budgets: show the ledger, reset a budget.
     Budgets(budgets::Args),
+    /// Hand a seat work through the running API (`task send HANDLE TEXT --wait`).
+    Task(task::Args),
 }
 
 /// Exit code for a file that cannot be read (or another failure of the tool).
@@ -55,6 +58,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Run(args) => run::dispatch(args),
         Command::Config(args) => config::run(args),
         Command::Budgets(args) => budgets::run(args),
+        Command::Task(args) => task::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
