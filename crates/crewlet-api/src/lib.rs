@@ -27,6 +27,7 @@ mod auth;
 mod company;
 mod engine_view;
 mod error;
+pub mod live;
 mod local_token;
 pub mod openapi;
 mod routes;
@@ -43,5 +44,6 @@ pub use error::{ApiError, ErrorBody, HttpError};
 pub use local_token::{
     LOCAL_TOKEN_ID, install_local_token, local_token_path, read_local_token, wants_local_token,
 };
+pub use routes::dashboard::page_weight as dashboard_page_weight;
 pub use serve::{Api, Background, bind, local_addr};
 pub use state::{ApiBuilder, ApiLimits, ApiState, ApiStores};

@@ -110,6 +110,8 @@ pub(crate) struct Inner {
     pub company: ActiveCompany,
     pub limits: ApiLimits,
     pub draining: AtomicBool,
+    /// The live projection and fan-out (`/stream/snapshot`, `/ws/stream`).
+    pub live: Arc<crate::live::LiveHub>,
 }
 
 /// Why an API built without [`ApiBuilder::memory`] has no memory.
@@ -145,6 +147,7 @@ impl ApiState {
     /// Marks the API as draining: `/ready` answers 503 from now on.
     pub fn set_draining(&self) {
         self.0.draining.store(true, Ordering::Release);
+        self.0.live.shutdown();
     }
 
     pub fn is_draining(&self) -> bool {
@@ -273,6 +276,7 @@ impl ApiBuilder {
             company,
             limits: self.limits,
             draining: AtomicBool::new(false),
+            live: Arc::new(crate::live::LiveHub::new()),
         }));
         state.reload_company().await;
         crate::Api::new(state)

@@ -612,3 +612,49 @@ async fn a_write_that_loses_a_race_in_the_store_is_409() {
     assert!(body["your_base"].is_null(), "{body}");
     server.abort();
 }
+
+#[tokio::test]
+async fn the_dashboard_is_served_from_the_binary() {
+    let h = Harness::start().await;
+    let r = h.get("/dashboard").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.contains("default-src 'self'"), "{csp}");
+    let etag = r.headers()["etag"].clone();
+    assert!(r.text().await.unwrap().contains("/dashboard/assets/app.js"));
+    let r = h
+        .get("/dashboard")
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
+    let r = h
+        .get("/dashboard/assets/app.js")
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    let r = h.get("/dashboard/assets/nope.js").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = h.get("/dashboard/assets/..%2Fsecret").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    h.stop().await;
+}

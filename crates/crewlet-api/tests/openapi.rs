@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 /// Every route the router serves, by method and path.
 const ROUTES: &[(&str, &str)] = &[
+    ("post", "/agents/{handle}/tasks"),
+    ("get", "/stream/snapshot"),
     ("get", "/health"),
     ("get", "/ready"),
     ("get", "/agents"),

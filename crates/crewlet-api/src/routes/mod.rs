@@ -4,9 +4,11 @@
 pub(crate) mod agents;
 pub(crate) mod body;
 pub(crate) mod config;
+pub(crate) mod dashboard;
 pub(crate) mod events;
 pub(crate) mod memory;
 pub(crate) mod probes;
+pub(crate) mod stream;
 pub(crate) mod tasks;
 pub(crate) mod webhooks;
 
@@ -93,6 +95,7 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(events::trace))
         .routes(routes!(events::token_breakdown))
         .routes(routes!(events::budgets))
+        .routes(routes!(stream::snapshot))
         .routes(routes!(config::get_config, config::put_config))
         .routes(routes!(config::revisions))
         .routes(routes!(config::audit))

@@ -40,6 +40,23 @@ impl Api {
     /// span (DEBUG; webhooks have their own).
     pub fn router(&self) -> Router {
         let (router, _) = crate::routes::router().split_for_parts();
+        // The page and its assets carry no data and need no token; they are
+        // not API operations, so they are not in the OpenAPI document.
+        let router = router
+            .route(
+                "/dashboard",
+                axum::routing::get(crate::routes::dashboard::page),
+            )
+            .route(
+                "/dashboard/",
+                axum::routing::get(crate::routes::dashboard::page),
+            )
+            .route(
+                "/dashboard/assets/{file}",
+                axum::routing::get(crate::routes::dashboard::asset),
+            )
+            // A WebSocket is no OpenAPI operation: docs/dashboard.md has it.
+            .route("/ws/stream", axum::routing::get(crate::routes::stream::ws));
         let mut router = router
             .fallback(crate::routes::fallback)
             .method_not_allowed_fallback(crate::routes::method_not_allowed)
@@ -72,7 +89,25 @@ impl Api {
                 }
             }
         });
-        Background(vec![poll])
+        // The live stream: seeded from the newest stored events, then fed
+        // by a non-durable read of the event stream.
+        let live = self.state.inner().live.clone();
+        let feed_state = self.state.clone();
+        let feed = tokio::spawn(async move {
+            let org = || feed_state.view().and_then(|v| v.organization());
+            match live
+                .hydrate(feed_state.inner().stores.events.as_ref(), org().as_deref())
+                .await
+            {
+                Ok(n) => tracing::debug!(events = n, "live stream seeded from the event store"),
+                Err(e) => warn!(error = %e, "the live stream starts without stored history"),
+            }
+            let queue = feed_state.inner().queue.clone();
+            let state = feed_state.clone();
+            live.feed(queue, move || state.view().and_then(|v| v.organization()))
+                .await;
+        });
+        Background(vec![poll, feed])
     }
 
     /// Serves on `listener` until `shutdown` resolves, then drains: `/ready`

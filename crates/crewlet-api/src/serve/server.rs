@@ -269,7 +269,13 @@ impl Server {
             // would also close keep-alive connections idle longer than it.
             http.keep_alive(true).header_read_timeout(None);
             // Boxed so it (and its socket) is dropped before the permit.
-            let mut connection = Box::pin(http.serve_connection(TokioIo::new(io), service));
+            // With upgrades: a WebSocket (`/ws/stream`) leaves this loop
+            // once upgraded and lives in its own task, outside the idle and
+            // header deadlines (it has heartbeats and its own close rules).
+            let mut connection = Box::pin(
+                http.serve_connection(TokioIo::new(io), service)
+                    .with_upgrades(),
+            );
             let mut draining = *stop.borrow();
             if draining {
                 connection.as_mut().graceful_shutdown();

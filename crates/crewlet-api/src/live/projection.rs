@@ -1,0 +1,328 @@
+//! What the dashboard shows live, derived from events alone (so the
+//! standalone API, which sees the engine only through the queue, shows the
+//! same as the embedded one): each seat's state and running turn, the
+//! attention queue, and today's throughput and spend.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+use crewlet_config::{Organization, SeatKind};
+use crewlet_core::payload::{
+    AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, EventPayload, TaskFailed,
+    TaskStarted, ToolExecution,
+};
+use crewlet_core::{Event, EventType};
+use serde::Serialize;
+
+/// Most attention items kept (newest first).
+pub const ATTENTION_CAP: usize = 50;
+
+/// The running turn of a seat.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveTurn {
+    pub turn_id: String,
+    pub phase: Option<String>,
+    pub iteration: u32,
+    pub model: Option<String>,
+    /// What the phase has produced so far (`agent_turn_progress`).
+    pub response: String,
+    pub tool_executions: Vec<ToolExecution>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The task a seat is working on.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveTask {
+    pub task_id: String,
+    pub summary: String,
+    pub trace_id: Option<String>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// Why a seat stopped.
+#[derive(Clone, Debug, Serialize)]
+pub struct LastError {
+    pub reason: String,
+    pub detail: String,
+    pub at: DateTime<Utc>,
+    pub event_id: String,
+}
+
+/// What the events say of one seat.
+#[derive(Clone, Debug, Default)]
+struct Overlay {
+    state: Option<&'static str>,
+    task: Option<LiveTask>,
+    turn: Option<LiveTurn>,
+    last_error: Option<LastError>,
+    tokens_today: u64,
+}
+
+/// One seat as the dashboard shows it: the company's seat with its overlay.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeatLive {
+    pub handle: String,
+    pub id: String,
+    pub name: String,
+    pub kind: &'static str,
+    pub unit_path: Vec<String>,
+    pub manager: Option<String>,
+    pub reports: Vec<String>,
+    /// `idle`, `working`, `failed`, `afk` or `offline`.
+    pub state: &'static str,
+    pub task: Option<LiveTask>,
+    pub turn: Option<LiveTurn>,
+    pub last_error: Option<LastError>,
+    pub budget: Option<SeatBudget>,
+    pub tokens_today: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SeatBudget {
+    pub used: u64,
+    pub max: u64,
+}
+
+/// Something a founder should look at.
+#[derive(Clone, Debug, Serialize)]
+pub struct Attention {
+    pub kind: &'static str,
+    pub handle: Option<String>,
+    pub summary: String,
+    pub at: DateTime<Utc>,
+    pub event_id: String,
+    pub trace_id: Option<String>,
+}
+
+/// Today's figures (since midnight UTC).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Today {
+    pub since: Option<DateTime<Utc>>,
+    pub turns: u64,
+    pub tasks_completed: u64,
+    pub tasks_failed: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// Whether an event reports work that did not succeed.
+pub fn is_failure(event: &Event) -> bool {
+    match &event.event_type {
+        EventType::TaskFailed
+        | EventType::LlmUnavailable
+        | EventType::BudgetExhausted
+        | EventType::TurnGuardBreach
+        | EventType::McpServerFailed => true,
+        EventType::AgentPhaseCompleted => {
+            event.payload.get("outcome").and_then(|v| v.as_str()) == Some("failed")
+        }
+        _ => false,
+    }
+}
+
+/// The projection.
+#[derive(Default)]
+pub struct Projection {
+    seats: BTreeMap<String, Overlay>,
+    attention: VecDeque<Attention>,
+    today: Today,
+}
+
+fn midnight(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.date_naive()
+        .and_hms_opt(0, 0, 0)
+        .map(|d| d.and_utc())
+        .unwrap_or(at)
+}
+
+impl Projection {
+    /// Applies one event; the handle of the seat whose state changed.
+    pub fn apply(&mut self, event: &Event) -> Option<String> {
+        self.roll_day(event.timestamp);
+        let handle = event.agent_handle().map(str::to_owned);
+        if is_failure(event) && event.event_type != EventType::AgentPhaseCompleted {
+            self.attend(event, handle.clone());
+        }
+        let handle = handle?;
+        let seat = self.seats.entry(handle.clone()).or_default();
+        match &event.event_type {
+            EventType::TaskStarted => {
+                let started = TaskStarted::from_event(event).ok();
+                seat.state = Some("working");
+                seat.last_error = None;
+                seat.task = Some(LiveTask {
+                    task_id: event.task_id.clone().unwrap_or_default(),
+                    summary: started
+                        .as_ref()
+                        .map(|s| s.trigger.summary.clone())
+                        .unwrap_or_else(|| event.summary.clone()),
+                    trace_id: event.trace_id.map(|t| t.to_string()),
+                    started_at: event.timestamp,
+                });
+                seat.turn = started.map(|s| LiveTurn {
+                    turn_id: s.turn_id.to_string(),
+                    phase: None,
+                    iteration: 0,
+                    model: None,
+                    response: String::new(),
+                    tool_executions: Vec::new(),
+                    updated_at: event.timestamp,
+                });
+            }
+            EventType::AgentPhaseStarted => {
+                let p = AgentPhaseStarted::from_event(event).ok()?;
+                seat.state = Some("working");
+                let turn = seat.turn.get_or_insert_with(|| LiveTurn {
+                    turn_id: p.turn_id.to_string(),
+                    phase: None,
+                    iteration: 0,
+                    model: None,
+                    response: String::new(),
+                    tool_executions: Vec::new(),
+                    updated_at: event.timestamp,
+                });
+                turn.phase = Some(p.phase);
+                turn.iteration = p.iteration;
+                turn.model = Some(p.model);
+                turn.response.clear();
+                turn.tool_executions.clear();
+                turn.updated_at = event.timestamp;
+            }
+            EventType::AgentTurnProgress => {
+                let p = AgentTurnProgress::from_event(event).ok()?;
+                let turn = seat.turn.as_mut()?;
+                if turn.turn_id != p.turn_id.to_string() {
+                    return None;
+                }
+                turn.phase = Some(p.phase);
+                turn.iteration = p.iteration;
+                turn.response = p.response;
+                turn.tool_executions = p.tool_executions;
+                turn.updated_at = event.timestamp;
+            }
+            EventType::AgentTurnCompleted => {
+                let t = AgentTurnCompleted::from_event(event).ok()?;
+                seat.tokens_today += t.total_tokens;
+                self.today.turns += 1;
+                self.today.input_tokens += t.input_tokens;
+                self.today.output_tokens += t.output_tokens;
+                self.today.total_tokens += t.total_tokens;
+                return None;
+            }
+            EventType::TaskCompleted => {
+                self.today.tasks_completed += 1;
+                seat.state = Some("idle");
+                seat.task = None;
+                seat.turn = None;
+            }
+            EventType::TaskFailed => {
+                let f = TaskFailed::from_event(event).ok();
+                self.today.tasks_failed += 1;
+                let reason = f.as_ref().map(|f| f.reason.clone()).unwrap_or_default();
+                seat.state = Some(match reason.as_str() {
+                    "budget_exhausted" | "llm_unavailable" => "afk",
+                    _ => "failed",
+                });
+                seat.last_error = Some(LastError {
+                    reason,
+                    detail: f.map(|f| f.detail).unwrap_or_default(),
+                    at: event.timestamp,
+                    event_id: event.id.to_string(),
+                });
+                seat.task = None;
+                seat.turn = None;
+            }
+            EventType::BudgetExhausted | EventType::LlmUnavailable => {
+                seat.state = Some("afk");
+            }
+            _ => return None,
+        }
+        Some(handle)
+    }
+
+    fn roll_day(&mut self, at: DateTime<Utc>) {
+        let day = midnight(at);
+        match self.today.since {
+            Some(since) if since >= day => {}
+            _ => {
+                self.today = Today {
+                    since: Some(day),
+                    ..Today::default()
+                };
+                for s in self.seats.values_mut() {
+                    s.tokens_today = 0;
+                }
+            }
+        }
+    }
+
+    fn attend(&mut self, event: &Event, handle: Option<String>) {
+        let kind = match &event.event_type {
+            EventType::TaskFailed => "task_failed",
+            EventType::TurnGuardBreach => "guard_breach",
+            EventType::BudgetExhausted => "budget_exhausted",
+            EventType::LlmUnavailable => "llm_unavailable",
+            EventType::McpServerFailed => "mcp_server_failed",
+            _ => return,
+        };
+        self.attention.push_front(Attention {
+            kind,
+            handle,
+            summary: event.summary.clone(),
+            at: event.timestamp,
+            event_id: event.id.to_string(),
+            trace_id: event.trace_id.map(|t| t.to_string()),
+        });
+        self.attention.truncate(ATTENTION_CAP);
+    }
+
+    /// Every seat of `org` with its overlay (seats the events name but the
+    /// company no longer has are left out).
+    pub fn seats(&self, org: Option<&Organization>) -> Vec<SeatLive> {
+        let Some(org) = org else {
+            return Vec::new();
+        };
+        org.seats().iter().map(|s| self.seat_live(s)).collect()
+    }
+
+    fn seat_live(&self, s: &crewlet_config::Seat) -> SeatLive {
+        let overlay = self.seats.get(&s.handle).cloned().unwrap_or_default();
+        let human = s.kind == SeatKind::Human;
+        SeatLive {
+            handle: s.handle.clone(),
+            id: s.agent_id.to_string(),
+            name: s.name.clone(),
+            kind: if human { "human" } else { "agent" },
+            unit_path: s.unit_path.clone(),
+            manager: s.manager.clone(),
+            reports: s.reports.clone(),
+            state: if human {
+                "offline"
+            } else {
+                overlay.state.unwrap_or("idle")
+            },
+            task: overlay.task,
+            turn: overlay.turn,
+            last_error: overlay.last_error,
+            budget: (s.role.token_budget > 0).then_some(SeatBudget {
+                used: 0,
+                max: s.role.token_budget,
+            }),
+            tokens_today: overlay.tokens_today,
+        }
+    }
+
+    /// One seat of `org`, live.
+    pub fn seat(&self, org: &Organization, handle: &str) -> Option<SeatLive> {
+        org.seat(handle).map(|s| self.seat_live(s))
+    }
+
+    pub fn attention(&self) -> Vec<Attention> {
+        self.attention.iter().cloned().collect()
+    }
+
+    pub fn today(&self) -> Today {
+        self.today.clone()
+    }
+}

@@ -1,0 +1,260 @@
+//! `GET /stream/snapshot` and `GET /ws/stream` (`docs/dashboard.md`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use crewlet_queue::TopicPattern;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::auth::ReadAccess;
+use crate::error::{HttpError, HttpResult};
+use crate::live::{Frame, LiveHub, subjects};
+use crate::state::ApiState;
+
+/// Most events replayed from the store for a cursor older than the ring.
+const STORE_REPLAY_MAX: usize = 5000;
+/// Heartbeat period.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+/// Close code for a client that fell too far behind.
+const TOO_SLOW: u16 = 4008;
+
+pub(crate) fn health(state: &ApiState) -> Value {
+    let inner = state.inner();
+    json!({
+        "status": if state.is_draining() { "shutting_down" } else if state.snapshot().is_none() && inner.engine.is_none() { "unconfigured" } else { "ok" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "engine": inner.engine.is_some(),
+        "queue": inner.queue.backend(),
+        "event_store": if inner.queue.is_durable() { "durable" } else { "memory" },
+        "clients": inner.live.clients(),
+        "started_at": inner.live.started_at(),
+        "upstream_dropped": inner.live.upstream_dropped(),
+    })
+}
+
+fn org(state: &ApiState) -> Option<Arc<crewlet_config::Organization>> {
+    state.view().and_then(|v| v.organization())
+}
+
+/// Everything a dashboard room needs for its first paint, from the live
+/// projection (no event-store scan).
+#[utoipa::path(get, path = "/stream/snapshot", tag = "events",
+    responses(
+        (status = 200, description = "seats with live state, recent events, attention, today; see docs/dashboard.md", body = Object),
+        (status = 401, body = crate::error::ErrorBody)),
+    security((), ("bearer" = [])))]
+pub async fn snapshot(_: ReadAccess, State(state): State<ApiState>) -> Json<Value> {
+    let org = org(&state);
+    Json(state.inner().live.snapshot(org.as_deref(), health(&state)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamParams {
+    /// Comma-separated topic patterns (`*`, `>`); default `crewlet.events.>`.
+    pub subjects: Option<String>,
+    /// Resume after this event id.
+    pub after: Option<Uuid>,
+    /// The bearer token, for browsers (which cannot set the header on a socket).
+    pub token: Option<String>,
+}
+
+/// The live stream (WebSocket); its frames are in docs/dashboard.md.
+pub async fn ws(
+    State(state): State<ApiState>,
+    Query(params): Query<StreamParams>,
+    mut parts: Parts,
+    upgrade: WebSocketUpgrade,
+) -> HttpResult<Response> {
+    if let Some(token) = &params.token
+        && !parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION)
+    {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| HttpError::bad_request("the token is not visible ASCII"))?;
+        parts
+            .headers
+            .insert(axum::http::header::AUTHORIZATION, value);
+    }
+    <ReadAccess as axum::extract::FromRequestParts<ApiState>>::from_request_parts(
+        &mut parts, &state,
+    )
+    .await?;
+    let subjects = subjects(params.subjects.as_deref()).map_err(HttpError::bad_request)?;
+    Ok(upgrade
+        .on_upgrade(move |socket| run(socket, state, subjects, params.after))
+        .into_response())
+}
+
+fn wanted(subjects: &[TopicPattern], frame: &Frame) -> bool {
+    match &frame.topic {
+        None => true,
+        Some(t) => subjects.iter().any(|p| p.matches(t)),
+    }
+}
+
+async fn send(socket: &mut WebSocket, text: String) -> bool {
+    socket
+        .send(Message::Text(Utf8Bytes::from(text)))
+        .await
+        .is_ok()
+}
+
+async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: Utf8Bytes::from(reason.to_owned()),
+        })))
+        .await;
+}
+
+/// Events stored after `after`, oldest first, when the cursor is older
+/// than the ring; `None` when it cannot be resumed.
+async fn from_store(state: &ApiState, after: Uuid) -> Option<Vec<crewlet_core::Event>> {
+    let store = &state.inner().stores.events;
+    let anchor = store.get(after).await.ok()??;
+    let mut out = Vec::new();
+    let mut query = crewlet_store::EventQuery {
+        since: Some(anchor.timestamp),
+        limit: Some(500),
+        ..Default::default()
+    };
+    loop {
+        let page = store.recent(&query).await.ok()?;
+        let n = page.events.len();
+        out.extend(
+            page.events
+                .into_iter()
+                .filter(|e| e.id != after && (e.timestamp, e.id) > (anchor.timestamp, anchor.id)),
+        );
+        if out.len() > STORE_REPLAY_MAX {
+            return None;
+        }
+        match page.next {
+            Some(next) if n > 0 => query.after = Some(next),
+            _ => break,
+        }
+    }
+    out.reverse();
+    Some(out)
+}
+
+async fn run(
+    mut socket: WebSocket,
+    state: ApiState,
+    subjects: Vec<TopicPattern>,
+    after: Option<Uuid>,
+) {
+    let hub: Arc<LiveHub> = state.inner().live.clone();
+    let _guard = hub.client_guard();
+    let org = org(&state);
+    let opening = hub.open(org.as_deref(), health(&state), after);
+    let mut rx = opening.rx;
+    if !send(
+        &mut socket,
+        json!({"kind": "snapshot", "data": opening.snapshot}).to_string(),
+    )
+    .await
+    {
+        return;
+    }
+    let mut replayed_ids = std::collections::HashSet::new();
+    if let Some(after) = after {
+        let mut replayed = 0usize;
+        let complete = match opening.in_ring {
+            Some(true) => {
+                for f in opening.replay.iter().filter(|f| wanted(&subjects, f)) {
+                    if !send(&mut socket, f.json.clone()).await {
+                        return;
+                    }
+                    replayed += 1;
+                }
+                true
+            }
+            _ => match from_store(&state, after).await {
+                Some(events) => {
+                    for e in events {
+                        let topic = crewlet_queue::topics::events(&e.event_type);
+                        if !subjects.iter().any(|p| p.matches(&topic)) {
+                            continue;
+                        }
+                        replayed_ids.insert(e.id);
+                        let frame =
+                            json!({"kind": "event", "data": crate::live::event_row(&e, true)});
+                        if !send(&mut socket, frame.to_string()).await {
+                            return;
+                        }
+                        replayed += 1;
+                    }
+                    true
+                }
+                None => false,
+            },
+        };
+        let resumed = json!({"kind": "resumed", "data": {"after": after, "replayed": replayed, "complete": complete}});
+        if !send(&mut socket, resumed.to_string()).await {
+            return;
+        }
+    }
+    let mut stopping = hub.stopping();
+    if *stopping.borrow_and_update() {
+        close(&mut socket, 1001, "the server is stopping").await;
+        return;
+    }
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    heartbeat.tick().await;
+    loop {
+        tokio::select! {
+            frame = rx.recv() => match frame {
+                Ok(f) => {
+                    if f.seq <= opening.seq || !wanted(&subjects, &f) {
+                        continue;
+                    }
+                    if f.event_id.is_some_and(|id| replayed_ids.contains(&id)) {
+                        continue;
+                    }
+                    if !send(&mut socket, f.json.clone()).await {
+                        return;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    close(&mut socket, TOO_SLOW, &format!("too slow: {n} frames behind; reconnect with after=<last event id>")).await;
+                    return;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    close(&mut socket, 1001, "the server is stopping").await;
+                    return;
+                }
+            },
+            _ = stopping.changed() => {
+                close(&mut socket, 1001, "the server is stopping").await;
+                return;
+            }
+            _ = heartbeat.tick() => {
+                let beat = json!({"kind": "heartbeat", "data": {"at": chrono::Utc::now(), "clients": hub.clients()}});
+                if !send(&mut socket, beat.to_string()).await {
+                    return;
+                }
+            }
+            msg = socket.recv() => match msg {
+                Some(Ok(Message::Text(t))) => {
+                    let ping = serde_json::from_str::<Value>(t.as_str()).ok().is_some_and(|v| v["kind"] == "ping");
+                    if ping && !send(&mut socket, json!({"kind": "pong", "data": null}).to_string()).await {
+                        return;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+}
