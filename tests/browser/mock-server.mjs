@@ -569,9 +569,9 @@ export function createMock(opts = {}) {
     if (m === 'GET' && p === '/schedules') {
       const next = (hrs) => new Date(Math.ceil(Date.now() / 3600000) * 3600000 + hrs * 3600000).toISOString();
       return send(res, 200, [
-        { name: 'daily-standup', handle: 'ceo', cron: '0 9 * * 1-5', timezone: 'Europe/Berlin', enabled: true, next_run: next(3) },
-        { name: 'triage-issues', handle: 'eng', cron: '*/30 * * * *', timezone: 'UTC', enabled: true, next_run: next(0.5) },
-        { name: 'weekly-newsletter', handle: 'writer', cron: '0 14 * * 5', timezone: 'America/New_York', enabled: false, next_run: null },
+        { scope: 'role:ceo', name: 'daily-standup', targets: ['ceo'], cron: '0 9 * * 1-5', timezone: 'Europe/Berlin', enabled: true, next_run: next(3) },
+        { scope: 'unit:Engineering', name: 'triage-issues', targets: ['eng'], cron: '*/30 * * * *', timezone: 'UTC', enabled: true, next_run: next(0.5) },
+        { scope: 'role:writer', name: 'weekly-newsletter', targets: ['writer'], cron: '0 14 * * 5', timezone: 'America/New_York', enabled: false, next_run: null },
       ]);
     }
     if (m === 'GET' && p === '/events') {

@@ -16,7 +16,7 @@ function simple(ctx, name, title, path, render, intro) {
 export function schedules(ctx) {
   return simple(ctx, 'schedules', 'Schedules', '/schedules', (list) => (list?.length
     ? table(['Name', 'Seat', 'Cron', 'Time zone', 'Enabled', 'Next run'], list.map((s) => h('tr', { 'data-schedule': s.name, class: s.enabled ? null : 'muted' },
-      h('td', {}, s.name), h('td', {}, agentLink(s.handle)), h('td', { class: 'mono' }, s.cron), h('td', {}, s.timezone || 'UTC'),
+      h('td', {}, s.name), h('td', {}, (s.targets || (s.handle ? [s.handle] : [])).flatMap((t, i) => (i ? [', ', agentLink(t)] : [agentLink(t)]))), h('td', { class: 'mono' }, s.cron), h('td', {}, s.timezone || 'UTC'),
       h('td', {}, s.enabled ? 'yes' : 'no'),
       h('td', {}, s.next_run ? [h('span', { class: 'mono small' }, s.next_run), ' (', when(s.next_run), ')'] : '–'))))
     : empty('No schedules configured.')));

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 const ROUTES: &[(&str, &str)] = &[
     ("post", "/agents/{handle}/tasks"),
     ("get", "/stream/snapshot"),
+    ("get", "/schedules"),
     ("get", "/health"),
     ("get", "/ready"),
     ("get", "/agents"),

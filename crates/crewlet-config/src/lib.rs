@@ -55,7 +55,8 @@ pub use error::{ConfigError, Problem};
 pub use figment_yaml::SaphyrYaml;
 pub use interpolate::{has_references, interpolate, interpolate_all, process_env, references};
 pub use organization::{
-    ManagerChain, ManagerChainIter, OrgUnit, Organization, Seat, derive_handle, is_valid_handle,
+    ManagerChain, ManagerChainIter, OrgUnit, Organization, ScheduleTargets, Seat, derive_handle,
+    is_valid_handle,
 };
 pub use schema::Tier;
 pub use security::{

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use crewlet_config::{Company, Organization, Schedule, ScheduleTarget, Seat, SeatKind, Unit};
+use crewlet_config::{Company, Organization, Schedule, Seat};
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_queue::EventQueue;
 use crewlet_store::{Patience, ScheduledFire, ScheduledRuns, retry_transient};
@@ -100,13 +100,6 @@ pub struct Scheduler {
     node: String,
 }
 
-fn units_preorder<'a>(list: &'a [Unit], out: &mut Vec<&'a Unit>) {
-    for u in list {
-        out.push(u);
-        units_preorder(&u.children, out);
-    }
-}
-
 impl Scheduler {
     /// Reads every enabled schedule of `company`. A schedule whose cron or
     /// time zone cannot be read is left out (and named in the returned
@@ -120,11 +113,6 @@ impl Scheduler {
     ) -> (Self, Vec<String>) {
         let mut entries = Vec::new();
         let mut problems = Vec::new();
-        let agent = |h: &str| {
-            org.seat(h)
-                .filter(|s| s.kind == SeatKind::Agent)
-                .map(|s| s.handle.clone())
-        };
         let mut add = |scope: String, s: &Schedule, targets: Vec<String>| {
             if !s.enabled {
                 return;
@@ -163,27 +151,8 @@ impl Scheduler {
                 targets,
             });
         };
-        let mut configs = Vec::new();
-        units_preorder(&company.units, &mut configs);
-        for (unit, config) in org.units().iter().zip(configs) {
-            for s in &config.schedules {
-                let targets = match s.target {
-                    ScheduleTarget::Lead => {
-                        unit.lead.as_deref().and_then(agent).into_iter().collect()
-                    }
-                    ScheduleTarget::Each => unit.seats.iter().filter_map(|h| agent(h)).collect(),
-                };
-                add(format!("unit:{}", unit.name), s, targets);
-            }
-        }
-        for seat in org.seats() {
-            for s in &seat.role.schedules {
-                add(
-                    format!("role:{}", seat.handle),
-                    s,
-                    agent(&seat.handle).into_iter().collect(),
-                );
-            }
+        for st in org.schedule_targets(company) {
+            add(st.scope, st.schedule, st.targets);
         }
         let scheduler = Self {
             entries,

@@ -139,6 +139,58 @@ pub fn require_embed_model() -> Option<std::path::PathBuf> {
     None
 }
 
+/// What the dashboard's browser checks need: Chromium, Node and the
+/// `tests/browser` packages.
+#[derive(Debug, Clone)]
+pub struct Browser {
+    /// The Chromium executable.
+    pub chromium: std::path::PathBuf,
+    /// `tests/browser` of the workspace (its `node_modules` installed).
+    pub dir: std::path::PathBuf,
+}
+
+/// Where `cargo xtask services up` leaves Chromium (Debian's package).
+pub const CHROMIUM_VAR: &str = "CHROMIUM";
+
+/// The browser tooling if it is all there (`cargo xtask services up`
+/// installs it); otherwise panics under CI and returns `None` (skip)
+/// elsewhere, like the services.
+pub fn require_browser() -> Option<Browser> {
+    let chromium = std::env::var_os(CHROMIUM_VAR)
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || std::path::PathBuf::from("/usr/bin/chromium"),
+            std::path::PathBuf::from,
+        );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let packages = dir
+        .join("node_modules/playwright-core/package.json")
+        .is_file();
+    if chromium.is_file() && node && packages {
+        return Some(Browser { chromium, dir });
+    }
+    let msg = format!(
+        "the browser checks need Chromium at {} ({}), Node ({}) and tests/browser/node_modules ({}); `cargo xtask services up` installs them",
+        chromium.display(),
+        if chromium.is_file() {
+            "found"
+        } else {
+            "missing"
+        },
+        if node { "found" } else { "missing" },
+        if packages { "found" } else { "missing" },
+    );
+    if in_ci() {
+        panic!("CI=true and {msg}");
+    }
+    skip(&msg);
+    None
+}
+
 /// Skips the calling test (returns early) when the service is absent outside CI.
 ///
 /// ```text
@@ -160,6 +212,12 @@ macro_rules! require {
     };
     (embed_model) => {
         match $crate::services::require_embed_model() {
+            Some(v) => v,
+            None => return,
+        }
+    };
+    (browser) => {
+        match $crate::services::require_browser() {
             Some(v) => v,
             None => return,
         }

@@ -133,6 +133,8 @@ impl Auxiliary {
             iteration: 0,
             outcome: if ok { "ok" } else { "failed" }.to_owned(),
             auxiliary: Some(call.worker.to_owned()),
+            prompt: None,
+            response: None,
         };
         let trace = call
             .trace

@@ -129,7 +129,7 @@ fn strip_controls(text: &str) -> String {
     out
 }
 
-fn cap(text: &str, max: usize) -> String {
+pub(crate) fn cap(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }

@@ -426,7 +426,20 @@ async fn plan_tool_call_review_done_with_exact_token_totals() -> TestResult {
             e.payload["tool_executions"].as_array().map(Vec::len),
             Some(tools_run)
         );
+        // What the phase asked and what it got, for the dashboard's inspect.
+        let prompt = e.payload["prompt"].as_str().unwrap_or_default();
+        assert!(prompt.contains("--- user"), "{phase}: {prompt}");
+        let response = e.payload["response"].as_str().unwrap_or_default();
+        assert!(!response.is_empty(), "{phase} recorded no response");
     }
+    let plan = &completed[0];
+    assert!(
+        plan.payload["response"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("-> submit_plan(")),
+        "{}",
+        plan.payload["response"]
+    );
     let turn = &h.sink.of_type(&EventType::AgentTurnCompleted)[0];
     assert_eq!(turn.payload["decision"], "done");
     assert_eq!(turn.payload["iterations"], 1);

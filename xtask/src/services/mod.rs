@@ -1,8 +1,10 @@
 //! `cargo xtask services up|down|status|restart-pulsar`: the real PostgreSQL
-//! and Pulsar that tests and manual runs use, on 127.0.0.1 only, and the
-//! local embedding model's files (`model`: fetched, nothing runs).
+//! and Pulsar that tests and manual runs use, on 127.0.0.1 only, the
+//! local embedding model's files (`model`: fetched, nothing runs) and the
+//! dashboard's browser tooling (`browser`: Chromium and npm packages).
 //! Paths, ports and versions: [`config`].
 
+pub mod browser;
 pub mod config;
 pub mod model;
 pub mod postgres;
@@ -43,6 +45,9 @@ pub enum Service {
     Pulsar,
     /// all-MiniLM-L6-v2's files for the `local` embedder (nothing to start).
     Model,
+    /// Chromium and the `tests/browser` packages for the dashboard's
+    /// browser checks (nothing to start).
+    Browser,
 }
 
 impl Service {
@@ -74,6 +79,7 @@ pub fn run(action: Action) -> Result<()> {
             postgres::status(&layout);
             pulsar::status(&layout);
             model::status(&layout);
+            browser::status();
             Ok(())
         }
         Action::RestartPulsar => {
@@ -101,6 +107,9 @@ fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
     }
     if Service::Model.selected(only) {
         model::up(layout)?;
+    }
+    if Service::Browser.selected(only) {
+        browser::up()?;
     }
     println!("services: up in {:.2} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -8,6 +8,7 @@ pub(crate) mod dashboard;
 pub(crate) mod events;
 pub(crate) mod memory;
 pub(crate) mod probes;
+pub(crate) mod schedules;
 pub(crate) mod stream;
 pub(crate) mod tasks;
 pub(crate) mod webhooks;
@@ -96,6 +97,7 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(events::token_breakdown))
         .routes(routes!(events::budgets))
         .routes(routes!(stream::snapshot))
+        .routes(routes!(schedules::schedules))
         .routes(routes!(config::get_config, config::put_config))
         .routes(routes!(config::revisions))
         .routes(routes!(config::audit))

@@ -20,8 +20,9 @@ use crate::auth::TokenAccess;
 use crate::error::{ErrorBody, HttpError, HttpResult};
 use crate::state::ApiState;
 
-/// Largest task text, in bytes (a task is an instruction, not a document).
-pub(crate) const MAX_TEXT_BYTES: usize = 32 * 1024;
+/// Largest task text, in characters (a task is an instruction, not a
+/// document).
+pub(crate) const MAX_TEXT_CHARS: usize = 32 * 1024;
 /// Largest title, in characters.
 pub(crate) const MAX_TITLE_CHARS: usize = 200;
 /// Largest `Idempotency-Key`, in bytes.
@@ -38,10 +39,13 @@ const POSTED: &str = "api-task-posted";
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTask {
-    /// What the seat should do (at most 32 KiB).
+    /// What the seat should do: at least one non-blank character, at most
+    /// 32,768.
+    #[schema(min_length = 1, max_length = 32768, pattern = r"\S")]
     pub text: String,
-    /// A short title (at most 200 characters).
+    /// A short title: one line of at most 200 characters (blank: none).
     #[serde(default)]
+    #[schema(max_length = 200, pattern = r"^[^\r\n]*$")]
     pub title: Option<String>,
     /// `low`, `normal` (default), `high` or `urgent`.
     #[serde(default)]
@@ -66,7 +70,8 @@ pub struct TaskAccepted {
 #[utoipa::path(post, path = "/agents/{handle}/tasks", tag = "org",
     params(
         ("handle" = String, Path, description = "the seat's handle (or agent id)"),
-        ("Idempotency-Key" = Option<String>, Header, description = "a retried request with the same key posts the task once")),
+        ("Idempotency-Key" = Option<String>, Header, max_length = 200, pattern = r"^[!-~]+$",
+            description = "a retried request with the same key posts the task once (visible ASCII, at most 200 characters)")),
     request_body = NewTask,
     responses(
         (status = 202, description = "on the seat's inbox", body = TaskAccepted),
@@ -88,7 +93,7 @@ pub async fn post_task(
     let bytes = body::read(
         &parts.headers,
         raw,
-        MAX_TEXT_BYTES + 4096,
+        4 * MAX_TEXT_CHARS + 4096, // four bytes a character at most, plus the rest
         limits.body_timeout,
     )
     .await?;
@@ -198,10 +203,10 @@ fn validate(task: NewTask) -> HttpResult<TaskRequest> {
             "`text` is empty: say what the seat should do",
         ));
     }
-    if text.len() > MAX_TEXT_BYTES {
+    let chars = text.chars().count();
+    if chars > MAX_TEXT_CHARS {
         return Err(HttpError::bad_request(format!(
-            "`text` is {} bytes; at most {MAX_TEXT_BYTES}",
-            text.len()
+            "`text` is {chars} characters; at most {MAX_TEXT_CHARS}"
         )));
     }
     let title = task
@@ -209,7 +214,7 @@ fn validate(task: NewTask) -> HttpResult<TaskRequest> {
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty());
     if let Some(t) = &title
-        && (t.chars().count() > MAX_TITLE_CHARS || t.contains('\n'))
+        && (t.chars().count() > MAX_TITLE_CHARS || t.contains(['\n', '\r']))
     {
         return Err(HttpError::bad_request(format!(
             "`title` must be one line of at most {MAX_TITLE_CHARS} characters"
@@ -266,7 +271,8 @@ mod tests {
     #[test]
     fn empty_or_oversized_text_and_multiline_titles_are_refused() {
         assert!(validate(task("  \n ")).is_err());
-        assert!(validate(task(&"x".repeat(MAX_TEXT_BYTES + 1))).is_err());
+        assert!(validate(task(&"x".repeat(MAX_TEXT_CHARS + 1))).is_err());
+        assert!(validate(task(&"é".repeat(MAX_TEXT_CHARS))).is_ok());
         let mut t = task("do it");
         t.title = Some("a\nb".into());
         assert!(validate(t).is_err());

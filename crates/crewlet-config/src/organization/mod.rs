@@ -10,6 +10,7 @@
 
 mod chain;
 mod resolve;
+mod schedules;
 
 use std::collections::HashMap;
 
@@ -19,6 +20,7 @@ use serde::Serialize;
 
 pub use chain::{ManagerChain, ManagerChainIter};
 pub(crate) use resolve::resolve;
+pub use schedules::ScheduleTargets;
 
 use crate::company::{Company, Role, SeatKind};
 

@@ -94,6 +94,22 @@ pub struct AgentPhaseCompleted {
         skip_serializing_if = "Option::is_none"
     )]
     pub auxiliary: Option<String>,
+    /// What the phase asked the model (system prompt and messages, secrets
+    /// redacted, at most 32 KiB): the dashboard's LLM inspect.
+    #[serde(
+        default,
+        deserialize_with = "lenient::opt_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub prompt: Option<String>,
+    /// What the model answered last (text and tool calls, redacted, at
+    /// most 32 KiB).
+    #[serde(
+        default,
+        deserialize_with = "lenient::opt_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub response: Option<String>,
 }
 
 /// `agent_turn_completed`: a turn ended, however it ended.

@@ -96,6 +96,8 @@ impl TurnEngine {
             iteration: pc.iteration,
             outcome: if ok { "ok" } else { "failed" }.to_owned(),
             auxiliary: None,
+            prompt: stats.prompt.clone(),
+            response: Some(stats.response.clone()).filter(|r| !r.is_empty()),
         };
         let summary = format!(
             "{} {} {}",

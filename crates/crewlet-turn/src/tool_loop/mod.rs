@@ -96,6 +96,63 @@ pub struct LoopStats {
     pub tool_executions: Vec<ToolExecution>,
     /// Models that answered, first use first.
     pub models: Vec<String>,
+    /// What the phase asked: its system prompt and first messages, as the
+    /// first loop of the phase sent them (redacted, capped).
+    pub prompt: Option<String>,
+    /// What the model answered last: its text and tool calls (redacted,
+    /// capped).
+    pub response: String,
+}
+
+/// Most bytes of a phase's recorded prompt or response.
+pub const MAX_RECORDED_BYTES: usize = 32 * 1024;
+
+/// The system blocks and messages as one readable text.
+fn render_prompt(system: &[crewlet_llm::SystemBlock], messages: &[Message]) -> String {
+    let mut out = String::new();
+    for block in system {
+        out.push_str(&block.text);
+        out.push_str("\n\n");
+    }
+    for m in messages {
+        match m {
+            Message::User { content } => {
+                out.push_str("--- user\n");
+                out.push_str(content);
+            }
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                out.push_str("--- assistant\n");
+                out.push_str(content);
+                for c in tool_calls {
+                    out.push_str(&format!("\n-> {}({})", c.name, c.arguments));
+                }
+            }
+            Message::Tool { name, content, .. } => {
+                out.push_str(&format!("--- tool {name}\n"));
+                out.push_str(content);
+            }
+        }
+        out.push_str("\n\n");
+    }
+    crate::sanitize::cap(
+        &crate::sanitize::redact_secrets(out.trim_end()),
+        MAX_RECORDED_BYTES,
+    )
+}
+
+/// An answer as text: what it said, then each tool call.
+fn render_response(content: &str, tool_calls: &[crewlet_llm::ToolCall]) -> String {
+    let mut out = content.to_owned();
+    for c in tool_calls {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!("-> {}({})", c.name, c.arguments));
+    }
+    crate::sanitize::cap(&crate::sanitize::redact_secrets(&out), MAX_RECORDED_BYTES)
 }
 
 impl LoopStats {
@@ -152,6 +209,9 @@ pub async fn run_tool_loop<D>(
         messages,
         ..CompletionRequest::default()
     };
+    if stats.prompt.is_none() {
+        stats.prompt = Some(render_prompt(&call.system, &call.messages));
+    }
     let mut rounds = 0u32;
     let mut last_text = String::new();
     loop {
@@ -202,6 +262,7 @@ pub async fn run_tool_loop<D>(
             ..
         } = completion;
         last_text.clone_from(&content);
+        stats.response = render_response(&content, &tool_calls);
         call.messages
             .push(Message::assistant(content, tool_calls.clone()));
         if grace {
