@@ -157,7 +157,7 @@ export function trace(ctx) {
         failed ? h('span', { class: 'tag bad' }, `${failed} failed`) : null,
         ' · ', h('a', { href: `#/events${qs({ trace: id })}` }, 'as a list'))));
     const { roots, loose } = spanTree(list);
-    replace(treeBox, h('ol', { class: 'tree top' }, roots.map((sp) => spanEl(sp, 0))),
+    replace(treeBox, h('ol', { class: 'tree tree-top' }, roots.map((sp) => spanEl(sp, 0))),
       loose.length ? h('div', { class: 'loose' }, h('h3', {}, 'Without a span'), loose.map(row)) : null);
   }
 
