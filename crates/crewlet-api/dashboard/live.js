@@ -14,6 +14,16 @@ const EPHEMERAL = new Set(['agent_turn_progress']);
 
 const subs = new Map();
 
+/**
+ * Test hook, off unless a test defined `window.__crewletSeen = []` before
+ * the page loaded: each event the store hands to the rooms is noted there.
+ */
+function deliver(ev) {
+  const seen = globalThis.__crewletSeen;
+  if (Array.isArray(seen)) seen.push({ id: ev.id, type: evType(ev), task_id: ev.task_id ?? null, payload: !!ev.payload });
+  store.emit('event', ev);
+}
+
 export const store = {
   company: '',
   health: null,
@@ -53,25 +63,53 @@ export const store = {
 // uuid v7 strings sort by time.
 const newer = (a, b) => !b || (a && a > b);
 
-function applySnapshot(snap) {
+/** Newest event id that today's counts and the attention queue already reflect. */
+let countedThrough = null;
+/** A resuming socket's snapshot rows: merged once its replay is over. */
+let pendingRows = null;
+
+/**
+ * A snapshot: from GET /stream/snapshot (a first paint, a poll) or the
+ * socket's first frame. A socket opened with `after` replays, after its
+ * snapshot, the events since then with their payloads, and the snapshot
+ * already lists them without: its rows wait until `resumed` (`replayFollows`),
+ * so the rooms get each event once, from the replay, with its payload.
+ */
+function applySnapshot(snap, { replayFollows = false } = {}) {
   store.company = snap.company || store.company;
   store.health = snap.health || null;
   store.seats = new Map((snap.seats || []).map((seat) => [seat.handle, seat]));
   store.attention = snap.attention || [];
   store.budget = snap.budget || null;
   store.today = snap.today || null;
-  if (newer(snap.cursor, store.cursor)) store.cursor = snap.cursor;
-  const fresh = (snap.events || []).filter((ev) => !store.ids.has(ev.id));
-  for (const ev of fresh) store.ids.add(ev.id);
-  store.events = [...fresh, ...store.events].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, MAX_EVENTS);
-  store.ids = new Set(store.events.map((ev) => ev.id));
+  if (newer(snap.cursor, countedThrough)) countedThrough = snap.cursor;
+  pendingRows = replayFollows ? snap : null;
+  const fresh = replayFollows ? [] : mergeRows(snap);
   const wasLoaded = store.loaded;
   store.loaded = true;
   store.error = null;
   store.emit('snapshot', snap);
   // A later snapshot (a poll, a reconnect) brings events the rooms have not
   // seen: hand them on as if they came live, oldest first.
-  if (wasLoaded) for (const ev of fresh.sort((a, b) => (a.id < b.id ? -1 : 1))) store.emit('event', ev);
+  if (wasLoaded) for (const ev of fresh) deliver(ev);
+}
+
+/** Adds a snapshot's rows not yet held; answers them, oldest first. */
+function mergeRows(snap) {
+  if (newer(snap.cursor, store.cursor)) store.cursor = snap.cursor;
+  const fresh = (snap.events || []).filter((ev) => !store.ids.has(ev.id));
+  for (const ev of fresh) store.ids.add(ev.id);
+  store.events = [...fresh, ...store.events].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0)).slice(0, MAX_EVENTS);
+  store.ids = new Set(store.events.map((ev) => ev.id));
+  return fresh.sort((a, b) => (a.id < b.id ? -1 : 1));
+}
+
+/** The replay is over: what the snapshot listed and the replay did not bring (complete: false). */
+function endReplay() {
+  if (!pendingRows) return;
+  const snap = pendingRows;
+  pendingRows = null;
+  for (const ev of mergeRows(snap)) deliver(ev);
 }
 
 function addEvent(ev) {
@@ -81,8 +119,9 @@ function addEvent(ev) {
     if (store.ids.has(ev.id)) return;
     store.ids.add(ev.id);
     // Counts move only for events the snapshot did not already reflect.
-    const counted = newer(ev.id, store.cursor);
-    if (counted) store.cursor = ev.id;
+    const counted = newer(ev.id, countedThrough);
+    if (counted) countedThrough = ev.id;
+    if (newer(ev.id, store.cursor)) store.cursor = ev.id;
     // Newest first; a replayed event may be older than what is shown.
     let at = 0;
     while (at < store.events.length && store.events[at].id > ev.id) at++;
@@ -98,7 +137,7 @@ function addEvent(ev) {
       store.emit('attention', store.attention);
     }
   }
-  store.emit('event', ev);
+  deliver(ev);
 }
 
 function bumpToday(ev, type) {
@@ -176,6 +215,8 @@ function armWatchdog() {
 function connect() {
   clearTimeout(retryTimer);
   if (ws) { const old = ws; ws = null; old.close(1000, 'reconnect'); }
+  // socketUrl() asks for a replay after store.cursor when there is one.
+  const resuming = !!store.cursor;
   let sock;
   try {
     sock = new WebSocket(socketUrl());
@@ -184,6 +225,7 @@ function connect() {
     return;
   }
   ws = sock;
+  pendingRows = null;
   let opened = false;
   sock.onopen = () => {
     opened = true;
@@ -198,7 +240,7 @@ function connect() {
     let frame;
     try { frame = JSON.parse(msg.data); } catch { return; }
     const { kind, data } = frame || {};
-    if (kind === 'snapshot' && data) applySnapshot(data);
+    if (kind === 'snapshot' && data) applySnapshot(data, { replayFollows: resuming });
     else if (kind === 'event' && data) addEvent(data);
     else if (kind === 'seat' && data?.handle) {
       store.seats.set(data.handle, data);
@@ -207,6 +249,7 @@ function connect() {
       store.clients = data?.clients ?? store.clients;
       store.emit('heartbeat', data);
     } else if (kind === 'resumed') {
+      endReplay();
       store.emit('resumed', data);
       if (data && data.complete === false) store.emit('refetch', data);
     }
@@ -214,6 +257,7 @@ function connect() {
   sock.onclose = (e) => {
     if (ws !== sock) return;
     ws = null;
+    pendingRows = null;
     clearTimeout(watchdog);
     if (!opened && auth.token && !auth.readsNeedToken) {
       // A token is held (from before a reload) and the socket was refused:
