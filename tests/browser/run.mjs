@@ -10,6 +10,14 @@
 //   CREWLET_READS_NEED_TOKEN=1   put the token in every page (reads closed)
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //   SCREENSHOTS     where <room>.png go (default docs/dashboard/ of the repo)
+//   CREWLET_ENGINE=1         CREWLET_URL is a real engine: run the engine checks
+//                            (a task sent from the page runs live, its trace,
+//                            a socket reconnect mid-turn); they post tasks
+//   CREWLET_ENGINE_SEAT      the idle agent seat those tasks go to (default eng)
+//   CREWLET_DASHBOARD_DIR    serve the page's files from this folder (e.g.
+//                            crates/crewlet-api/dashboard) in place of the
+//                            server's, keeping its headers: edits checked
+//                            against a server built before them
 //
 // Checks that need the mock's scripted company (a seat that is always
 // working, a skipped notification, failures, the socket kicked) run only
@@ -30,6 +38,12 @@ const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-backgrou
 const DESKTOP = { width: 1280, height: 800 };
 const PHONE = { width: 390, height: 844 };
 const T = 20000;
+/** How long a real engine may take for a turn on a slow, shared machine. */
+const SLOW = 60000;
+const ENGINE = process.env.CREWLET_ENGINE === '1' && !!process.env.CREWLET_URL;
+const SEAT = process.env.CREWLET_ENGINE_SEAT || 'eng';
+
+const DASH_DIR = process.env.CREWLET_DASHBOARD_DIR ? path.resolve(process.env.CREWLET_DASHBOARD_DIR) : null;
 
 let base;
 let mock = null;
@@ -53,7 +67,10 @@ before(async () => {
     token = mock.token;
   }
   fs.mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+  // Fulfilled documents count as public to Chromium's local network access
+  // checks, which would then refuse the socket to a loopback server.
+  const args = DASH_DIR ? [...ARGS, '--disable-features=LocalNetworkAccessChecks'] : ARGS;
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args });
   snap = await getJson('/stream/snapshot');
 });
 
@@ -70,11 +87,26 @@ function allowed(res, opts) {
   return false;
 }
 
+/** CREWLET_DASHBOARD_DIR: the server's answer for the page and its assets, with the local file as the body. */
+async function localAssets(context) {
+  await context.route((u) => u.origin === base && (u.pathname === '/dashboard' || u.pathname.startsWith('/dashboard/assets/')), async (route) => {
+    const u = new URL(route.request().url());
+    const rel = u.pathname === '/dashboard' ? 'index.html' : decodeURIComponent(u.pathname.slice('/dashboard/assets/'.length));
+    const file = path.join(DASH_DIR, rel);
+    const res = await route.fetch();
+    if (!file.startsWith(DASH_DIR + path.sep) || !fs.existsSync(file) || !res.ok()) return route.fulfill({ response: res });
+    const headers = { ...res.headers() };
+    for (const k of ['content-length', 'content-encoding', 'etag']) delete headers[k];
+    return route.fulfill({ response: res, headers, body: fs.readFileSync(file) });
+  });
+}
+
 /** A page with its problems collected: uncaught errors, console.error, unexpected 4xx/5xx. */
 async function open(hash, opts = {}) {
   const context = await browser.newContext({ viewport: opts.viewport || DESKTOP, colorScheme: opts.colorScheme || 'light' });
   const withToken = opts.token ?? process.env.CREWLET_READS_NEED_TOKEN === '1';
   if (withToken && token) await context.addInitScript((t) => sessionStorage.setItem('crewlet.token', t), token);
+  if (DASH_DIR) await localAssets(context);
   const page = await context.newPage();
   const problems = [];
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
@@ -127,7 +159,8 @@ test('every room renders its root without errors, screenshot at 1280x800', async
       await roomReady(page, name);
       assert.equal(await page.locator('[data-room]').count(), 1, 'one room at a time');
       await page.waitForTimeout(300);
-      await shot(page, name);
+      // Against an engine the agent page is photographed mid-turn (below).
+      if (!(ENGINE && name === 'agent')) await shot(page, name);
       assert.deepEqual(problems, [], `${name}: ${problems.join('\n')}`);
       await context.close();
     });
@@ -187,6 +220,244 @@ test('seats show their state from the snapshot', async () => {
     assert.equal(await el.count(), 1, seat.handle);
     assert.ok(['idle', 'working', 'failed', 'afk', 'offline'].includes(await el.getAttribute('data-state')));
   }
+  await context.close();
+});
+
+// ---- against a real engine (CREWLET_ENGINE=1) ----------------------------------------
+
+const engineOnly = { skip: ENGINE ? false : 'needs a real engine (CREWLET_ENGINE=1 with CREWLET_URL)' };
+
+/** Polls `fn` until it answers something truthy; fails naming `what` after `timeout`. */
+async function until(what, fn, { timeout = SLOW, every = 250 } = {}) {
+  const end = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) { last = e; }
+    if (Date.now() > end) throw new Error(`timed out after ${timeout} ms waiting for ${what}${last ? ` (last error: ${last.message})` : ''}`);
+    await new Promise((r) => setTimeout(r, every));
+  }
+}
+
+/** The stored events of a task, oldest first. */
+async function storedOf(taskId) {
+  const page = await getJson(`/events?task_id=${encodeURIComponent(taskId)}&limit=500`);
+  return page.events.slice().sort((a, b) => (a.id < b.id ? -1 : 1));
+}
+
+const completedOf = async (taskId) => (await storedOf(taskId)).find((e) => e.type === 'task_completed');
+const seatIdle = async () => (await getJson('/stream/snapshot')).seats.find((s) => s.handle === SEAT)?.state === 'idle';
+
+/**
+ * Watches the agent page's current-turn box: every change of the rail's
+ * current step (aria-current="step") into window.__rail, every text the
+ * in-flight response showed into window.__liveText.
+ */
+async function watchRail(page) {
+  await page.evaluate(() => {
+    window.__rail = [];
+    window.__liveText = [];
+    const box = document.querySelector('[data-testid="current-turn"]');
+    const note = () => {
+      const cur = box.querySelector('[data-testid="phase-rail"] [aria-current="step"]')?.dataset.phase || null;
+      if (window.__rail.length === 0 || window.__rail[window.__rail.length - 1] !== cur) window.__rail.push(cur);
+      const text = box.querySelector('[data-testid="live-response"]')?.textContent;
+      if (text && !window.__liveText.includes(text)) window.__liveText.push(text);
+    };
+    new MutationObserver(note).observe(box, { childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ['aria-current'] });
+    note();
+  });
+}
+
+/** Fills the agent page's task box and submits; answers the POST's 202 body. */
+async function sendFromPage(page, text) {
+  await page.fill('[data-testid="task-text"]', text);
+  const posted = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === `/agents/${SEAT}/tasks`, { timeout: T });
+  await page.click('[data-testid="task-submit"]');
+  const res = await posted;
+  assert.equal(res.status(), 202, `POST /agents/${SEAT}/tasks: ${res.status()} ${await res.text()}`);
+  return res.json();
+}
+
+let sent = null; // { task_id, trace_id, text }: the task the first engine check sent
+
+test('engine: a task sent from the page runs, its phases appear live and in order', engineOnly, async () => {
+  await until(`@${SEAT} to be idle before the task`, seatIdle);
+  const { page, context, problems } = await open(`#/agents/${SEAT}`);
+  await roomReady(page, 'agent');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  await watchRail(page);
+
+  // The real user's way: submit, the page asks for the token, then posts.
+  const text = `Write the <b>week</b> up for the founder (e2e ${Date.now()})`;
+  await page.fill('[data-testid="task-text"]', text);
+  const posted = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === `/agents/${SEAT}/tasks`, { timeout: T });
+  await page.click('[data-testid="task-submit"]');
+  await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: T });
+  await page.fill('[data-testid="token-input"]', token);
+  await page.click('[data-testid="token-submit"]');
+  const res = await posted;
+  assert.equal(res.status(), 202, await res.text());
+  const r = await res.json();
+  assert.ok(r.task_id && r.trace_id, JSON.stringify(r));
+  sent = { ...r, text };
+  await page.locator('[data-testid="task-trace-link"]').waitFor({ timeout: T });
+
+  // Mid-turn: the screenshot of the agent room shows the rail live.
+  const rail = page.locator('[data-testid="phase-rail"]');
+  await rail.locator('[data-phase="execute"][aria-current="step"]').waitFor({ timeout: SLOW });
+  await shot(page, 'agent');
+
+  await page.locator('[data-testid="agent-state"][data-state="idle"]').waitFor({ timeout: SLOW });
+  const stored = await until('task_completed stored', async () => ((await completedOf(r.task_id)) ? storedOf(r.task_id) : null));
+  const done = stored.find((e) => e.type === 'task_completed');
+  const turnDone = stored.find((e) => e.type === 'agent_turn_completed');
+  assert.equal(done.payload?.final_artifact, 'The week: two releases, no incidents.');
+
+  const log = await page.evaluate(() => window.__rail);
+  assert.deepEqual(log.filter(Boolean), ['plan', 'execute', 'review'], `the rail's current step, in order and once each: ${JSON.stringify(log)}`);
+  assert.equal(log[log.length - 1], null, 'no step is current once the seat is idle');
+  const live = await page.evaluate(() => window.__liveText);
+  assert.ok(live.some((t) => t.includes('The week: two releases, no incidents.')), `the execute response streamed into the page: ${JSON.stringify(live)}`);
+
+  // The finished turn: task_completed in the task's list, the turn in the
+  // recent turns, one phase record per phase with its response.
+  await page.locator(`[data-testid="task-trace"] li[data-event="${done.id}"][data-type="task_completed"]`).waitFor({ timeout: T });
+  await page.locator(`[data-testid="recent-turns"] tr[data-event="${turnDone.id}"]`).waitFor({ timeout: T });
+  const records = page.locator('[data-testid="phase-records"] [data-testid="phase-record"]');
+  await until('three phase records', async () => (await records.count()) === 3, { timeout: T });
+  assert.deepEqual(await records.evaluateAll((l) => l.map((x) => x.dataset.phase)), ['plan', 'execute', 'review']);
+  const phaseIds = stored.filter((e) => e.type === 'agent_phase_completed').map((e) => e.id);
+  assert.deepEqual(await records.evaluateAll((l) => l.map((x) => x.dataset.event)), phaseIds, 'the records are the stored phase events');
+  assert.match(await page.locator(`[data-testid="phase-record"][data-event="${phaseIds[1]}"]`).textContent(), /The week: two releases, no incidents\./);
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('engine: the task\'s trace opens as a tree and inspect shows the recorded prompt and response', engineOnly, async () => {
+  if (!sent) {
+    // The check above did not get as far as a task: post one here.
+    const text = `Trace me for the founder (e2e ${Date.now()})`;
+    await until(`@${SEAT} to be idle`, seatIdle);
+    const res = await fetch(`${base}/agents/${SEAT}/tasks`, {
+      method: 'POST', headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ text }),
+    });
+    assert.equal(res.status, 202);
+    sent = { ...(await res.json()), text };
+  }
+  const stored = await until('the task to complete', async () => ((await completedOf(sent.task_id)) ? storedOf(sent.task_id) : null));
+  const phases = stored.filter((e) => e.type === 'agent_phase_completed');
+  assert.equal(phases.length, 3, 'plan, execute, review stored');
+  for (const ev of phases) {
+    assert.equal(typeof ev.payload?.prompt, 'string', `${ev.payload?.phase}: payload.prompt recorded`);
+    assert.equal(typeof ev.payload?.response, 'string', `${ev.payload?.phase}: payload.response recorded`);
+  }
+
+  const { page, context, problems } = await open(`#/traces/${sent.trace_id}`);
+  await roomReady(page, 'trace');
+  const created = stored.find((e) => e.type === 'task_created');
+  const rootRow = page.locator(`[data-room="trace"] ol.tree-top > li.span > .trow[data-type="task_created"][data-event="${created.id}"]`);
+  await rootRow.waitFor({ timeout: T });
+  // Root spans stack, each as wide as the tree, and scroll under the header.
+  const layout = await page.evaluate(() => {
+    const tree = document.querySelector('[data-room="trace"] ol.tree-top');
+    const css = getComputedStyle(tree);
+    return { position: css.position, display: css.display, tree: tree.getBoundingClientRect().width,
+      roots: [...tree.children].map((li) => li.getBoundingClientRect().width) };
+  });
+  assert.notEqual(layout.position, 'sticky', JSON.stringify(layout));
+  assert.ok(layout.roots.every((w) => w >= layout.tree - 1), `root spans as wide as the tree: ${JSON.stringify(layout)}`);
+  assert.ok((await page.locator('[data-testid="trace-root"]').textContent()).includes(sent.text), 'the trace is headed by the task');
+  const rows = await page.locator('[data-room="trace"] .trow').evaluateAll((l) => l.map((x) => x.dataset.event));
+  assert.deepEqual([...rows].sort(), stored.filter((e) => e.trace_id === sent.trace_id).map((e) => e.id).sort(), 'every stored event of the trace, once');
+  for (const ev of phases) {
+    const row = page.locator(`[data-room="trace"] ol.tree ol.tree .trow[data-event="${ev.id}"]`);
+    assert.equal(await row.count(), 1, `${ev.payload.phase} nests under its turn's span`);
+    await row.locator('[data-testid="inspect"]').click();
+    const panel = row.locator('[data-testid="inspect-panel"]');
+    await panel.waitFor({ timeout: T });
+    assert.equal(await row.locator('[data-testid="inspect"]').getAttribute('aria-expanded'), 'true');
+    const [prompt, response] = await panel.locator('pre').allTextContents();
+    assert.ok(prompt.includes(sent.text), `${ev.payload.phase}: the prompt shown holds the task's text`);
+    assert.equal(prompt, ev.payload.prompt, `${ev.payload.phase}: the recorded prompt, as text`);
+    assert.equal(response, ev.payload.response, `${ev.payload.phase}: the recorded response`);
+    assert.ok(response.length > 0);
+    assert.equal(await panel.locator('b').count(), 0, 'server text is never markup');
+  }
+  await shot(page, 'trace-inspect');
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
+test('engine: reconnecting the socket mid-turn loses and repeats no event', engineOnly, async () => {
+  await until(`@${SEAT} to be idle before the task`, seatIdle);
+  const { page, context, problems } = await open(null, { token: true });
+  // Every event the page's store hands to its rooms (live.js test hook).
+  await context.addInitScript(() => { window.__crewletSeen = []; });
+  // The page's sockets pass through here: their frames are recorded, the
+  // first can be closed, and a later one is held until the turn moved on.
+  const conns = [];
+  let release;
+  const gate = new Promise((r) => { release = r; });
+  await page.routeWebSocket(/\/ws\/stream/, async (ws) => {
+    const conn = { url: ws.url(), frames: [], route: ws, server: null };
+    conns.push(conn);
+    if (conns.length > 1) await gate;
+    const server = ws.connectToServer();
+    conn.server = server;
+    ws.onMessage((m) => server.send(m));
+    server.onMessage((m) => {
+      try { conn.frames.push(JSON.parse(m)); } catch { /* not ours */ }
+      ws.send(m);
+    });
+  });
+  await page.goto(`${base}/dashboard#/agents/${SEAT}`);
+  await roomReady(page, 'agent');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+  assert.equal(conns.length, 1);
+
+  const r = await sendFromPage(page, `Reconnect test for the founder (e2e ${Date.now()})`);
+  await until('live.js to note the task\'s events in window.__crewletSeen (a server built with an older dashboard has no such hook)',
+    () => page.evaluate((id) => window.__crewletSeen.some((e) => e.task_id === id), r.task_id), { timeout: T });
+  await page.locator('[data-testid="phase-rail"] [data-phase="execute"][aria-current="step"]').waitFor({ timeout: SLOW });
+  const seenBefore = await page.evaluate(() => window.__crewletSeen.filter((e) => e.type !== 'agent_turn_progress').map((e) => e.id));
+  const cursor = seenBefore.reduce((a, b) => (b > a ? b : a), '');
+
+  // Close it the way the server does a slow client (4008): the page comes
+  // back at once with after=<its last event>, and is held there.
+  await conns[0].route.close({ code: 4008, reason: 'too slow: test' });
+  await conns[0].server?.close({ code: 1000, reason: 'test' });
+  await until('the page to reconnect', () => conns.length > 1, { timeout: T });
+  assert.equal(new URL(conns[1].url).searchParams.get('after'), cursor, 'resumes after the last event it had');
+  // Held until the turn moved on, so the resume has something to replay.
+  await until('an event of the task newer than the page\'s cursor to be stored',
+    async () => (await storedOf(r.task_id)).some((e) => e.id > cursor));
+  release();
+
+  await until('the page to see task_completed', () => page.evaluate((id) => window.__crewletSeen.some((e) => e.task_id === id && e.type === 'task_completed'), r.task_id));
+  const stored = await storedOf(r.task_id);
+  const seen = (await page.evaluate((id) => window.__crewletSeen.filter((e) => e.task_id === id), r.task_id))
+    .filter((e) => e.type !== 'agent_turn_progress');
+  const ids = seen.map((e) => e.id);
+  assert.equal(new Set(ids).size, ids.length, `no event twice: ${ids}`);
+  assert.deepEqual([...ids].sort(), stored.map((e) => e.id), 'the page got every stored event of the task');
+  assert.deepEqual(seen.filter((e) => !e.payload).map((e) => e.type), [], 'each with its payload');
+
+  // What the server sent: the resume replayed the gap, once.
+  const resumed = conns[1].frames.find((f) => f.kind === 'resumed');
+  assert.equal(resumed?.data?.complete, true, JSON.stringify(resumed));
+  assert.ok(resumed.data.replayed >= 1, `the gap was replayed: ${JSON.stringify(resumed)}`);
+  const framed = conns.flatMap((c) => c.frames).filter((f) => f.kind === 'event' && f.data?.task_id === r.task_id && f.data.type !== 'agent_turn_progress').map((f) => f.data.id);
+  assert.equal(new Set(framed).size, framed.length, `no event frame twice across the two sockets: ${framed}`);
+  assert.deepEqual([...framed].sort(), stored.map((e) => e.id), 'every stored event came as a frame');
+
+  // And the room shows the whole turn.
+  const records = page.locator('[data-testid="phase-records"] [data-testid="phase-record"]');
+  await until('three phase records', async () => (await records.count()) === 3, { timeout: T });
+  await page.locator('[data-testid="agent-state"][data-state="idle"]').waitFor({ timeout: SLOW });
+  assert.deepEqual(problems, [], problems.join('\n'));
   await context.close();
 });
 
