@@ -264,6 +264,10 @@ impl ApiBuilder {
         crate::auth::Tokens::warn_unscoped(&self.config.auth);
         let env = self.security.company_lookup(self.env);
         let company = ActiveCompany::new(self.stores.config.clone(), env);
+        // The live stream subscribes here, before the API can answer, so
+        // every event published once `build` returns reaches it.
+        let live = Arc::new(crate::live::LiveHub::new());
+        live.subscribe(self.queue.as_ref()).await;
         let state = ApiState(Arc::new(Inner {
             config: self.config,
             tokens,
@@ -276,7 +280,7 @@ impl ApiBuilder {
             company,
             limits: self.limits,
             draining: AtomicBool::new(false),
-            live: Arc::new(crate::live::LiveHub::new()),
+            live,
         }));
         state.reload_company().await;
         crate::Api::new(state)

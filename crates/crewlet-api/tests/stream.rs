@@ -279,7 +279,7 @@ async fn a_client_that_stops_reading_is_closed_not_buffered() {
     // Far more than the socket buffers and the broadcast ring hold.
     let pad = "x".repeat(2000);
     let mut last = None;
-    for i in 0..12_000 {
+    for i in 0..40_000 {
         let e = eng_event(EventType::MessageSent, &format!("{i} {pad}"));
         publish(&h, &e).await;
         last = Some(e.id);

@@ -31,7 +31,7 @@ pub use projection::{Attention, Projection, SeatLive, Today, is_failure};
 /// Frames kept for resumption.
 pub const RING: usize = 10_000;
 /// Frames a socket may fall behind before it is closed.
-pub const BROADCAST: usize = 4096;
+pub const BROADCAST: usize = 16_384;
 /// Events in a snapshot.
 pub const SNAPSHOT_EVENTS: usize = 100;
 /// Events read from the store at start.
@@ -68,6 +68,12 @@ pub struct LiveHub {
     started_at: DateTime<Utc>,
     /// `true` once the API drains: every socket closes with 1001.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// The read of the event stream, from [`subscribe`](Self::subscribe)
+    /// until [`run`](Self::run) takes it.
+    upstream: Mutex<Option<crewlet_queue::EventStream>>,
+    /// Ids applied from the store at start, so the live read does not
+    /// apply them twice.
+    hydrated: Mutex<std::collections::HashSet<Uuid>>,
 }
 
 /// An event as a row: its wire form plus `failed`, without its payload.
@@ -112,6 +118,8 @@ impl LiveHub {
             dropped: AtomicU64::new(0),
             started_at: Utc::now(),
             stopping: tokio::sync::watch::Sender::new(false),
+            upstream: Mutex::new(None),
+            hydrated: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -232,6 +240,16 @@ impl LiveHub {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// Opens the non-durable read of every event. Called before the API
+    /// answers anything; [`run`](Self::run) then applies what it reads.
+    pub async fn subscribe(&self, queue: &dyn EventQueue) {
+        match queue.subscribe_stream(topics::ALL_EVENTS_PATTERN).await {
+            Ok(stream) => *self.upstream.lock() = Some(stream),
+            Err(e) => tracing::error!(error = %e,
+                "the live stream cannot read the event stream; the dashboard shows no live state"),
+        }
+    }
+
     /// Seeds the projection and the ring from the newest stored events.
     pub async fn hydrate(
         &self,
@@ -245,27 +263,31 @@ impl LiveHub {
             })
             .await?;
         let n = page.events.len();
+        let mut hydrated = self.hydrated.lock();
         for e in page.events.iter().rev() {
+            hydrated.insert(e.id);
             self.ingest(e, org);
         }
         Ok(n)
     }
 
-    /// Reads the queue's events until it shuts down, applying each.
-    pub async fn feed(
+    /// Applies what the read of the event stream delivers until the queue
+    /// shuts down (events already applied from the store are skipped).
+    pub async fn run(
         self: Arc<Self>,
-        queue: Arc<dyn EventQueue>,
         org: impl Fn() -> Option<Arc<Organization>> + Send + 'static,
     ) {
-        let mut stream = match queue.subscribe_stream(topics::ALL_EVENTS_PATTERN).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "the live stream cannot read the event stream; the dashboard shows no live state");
-                return;
-            }
+        let Some(mut stream) = self.upstream.lock().take() else {
+            return;
         };
         while let Some(item) = stream.recv().await {
             self.dropped.store(stream.dropped(), Ordering::Relaxed);
+            {
+                let mut hydrated = self.hydrated.lock();
+                if !hydrated.is_empty() && hydrated.remove(&item.event.id) {
+                    continue;
+                }
+            }
             let org = org();
             self.ingest(&item.event, org.as_deref());
         }

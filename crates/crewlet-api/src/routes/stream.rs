@@ -9,6 +9,7 @@ use axum::extract::{Query, State};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use crewlet_queue::TopicPattern;
+use futures::SinkExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -24,6 +25,8 @@ const STORE_REPLAY_MAX: usize = 5000;
 const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Close code for a client that fell too far behind.
 const TOO_SLOW: u16 = 4008;
+/// Most frames written before one flush.
+const BURST: usize = 256;
 
 pub(crate) fn health(state: &ApiState) -> Value {
     let inner = state.inner();
@@ -215,14 +218,34 @@ async fn run(
     loop {
         tokio::select! {
             frame = rx.recv() => match frame {
-                Ok(f) => {
-                    if f.seq <= opening.seq || !wanted(&subjects, &f) {
-                        continue;
+                Ok(first) => {
+                    // Write every frame already waiting, then flush once:
+                    // one write per burst, not one per frame.
+                    let mut next = Some(first);
+                    let mut queued = 0usize;
+                    while let Some(f) = next.take() {
+                        let skip = f.seq <= opening.seq
+                            || !wanted(&subjects, &f)
+                            || f.event_id.is_some_and(|id| replayed_ids.contains(&id));
+                        if !skip {
+                            if socket.feed(Message::Text(Utf8Bytes::from(f.json.clone()))).await.is_err() {
+                                return;
+                            }
+                            queued += 1;
+                        }
+                        if queued < BURST {
+                            match rx.try_recv() {
+                                Ok(f) => next = Some(f),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(n)) => {
+                                    let _ = socket.flush().await;
+                                    close(&mut socket, TOO_SLOW, &format!("too slow: {n} frames behind; reconnect with after=<last event id>")).await;
+                                    return;
+                                }
+                                Err(_) => {}
+                            }
+                        }
                     }
-                    if f.event_id.is_some_and(|id| replayed_ids.contains(&id)) {
-                        continue;
-                    }
-                    if !send(&mut socket, f.json.clone()).await {
+                    if queued > 0 && socket.flush().await.is_err() {
                         return;
                     }
                 }

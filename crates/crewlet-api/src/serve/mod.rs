@@ -102,9 +102,8 @@ impl Api {
                 Ok(n) => tracing::debug!(events = n, "live stream seeded from the event store"),
                 Err(e) => warn!(error = %e, "the live stream starts without stored history"),
             }
-            let queue = feed_state.inner().queue.clone();
             let state = feed_state.clone();
-            live.feed(queue, move || state.view().and_then(|v| v.organization()))
+            live.run(move || state.view().and_then(|v| v.organization()))
                 .await;
         });
         Background(vec![poll, feed])
