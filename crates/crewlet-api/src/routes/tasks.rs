@@ -49,8 +49,19 @@ pub struct NewTask {
     pub title: Option<String>,
     /// `low`, `normal` (default), `high` or `urgent`.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<Priority>)]
     pub priority: Option<TaskPriority>,
+}
+
+/// How urgent a task is (the document's view of `TaskPriority`).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum Priority {
+    Low,
+    Normal,
+    High,
+    Urgent,
 }
 
 /// Where to follow an accepted task.
