@@ -90,6 +90,15 @@ async fn events(s: &mut Socket, n: usize) -> Vec<Value> {
     out
 }
 
+/// One seat of a snapshot.
+fn seat(snap: &Value, handle: &str) -> Value {
+    snap["seats"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["handle"] == handle))
+        .cloned()
+        .unwrap_or_else(|| panic!("no seat {handle} in {snap}"))
+}
+
 /// Waits until the hub has applied `id` (the feed is asynchronous).
 async fn applied(h: &Harness, id: uuid::Uuid) {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -124,13 +133,7 @@ async fn the_snapshot_shows_seats_and_their_live_state() {
     publish(&h, &started).await;
     applied(&h, started.id).await;
     let snap = json_of(h.get("/stream/snapshot").send().await.unwrap()).await;
-    let eng = snap["seats"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["handle"] == "eng")
-        .unwrap()
-        .clone();
+    let eng = seat(&snap, "eng");
     assert_eq!(eng["state"], "working");
     assert_eq!(eng["task"]["task_id"], "t-1");
     assert_eq!(snap["events"][0]["id"], started.id.to_string());
@@ -147,13 +150,7 @@ async fn the_snapshot_shows_seats_and_their_live_state() {
     publish(&h, &failed).await;
     applied(&h, failed.id).await;
     let snap = json_of(h.get("/stream/snapshot").send().await.unwrap()).await;
-    let eng = snap["seats"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["handle"] == "eng")
-        .unwrap()
-        .clone();
+    let eng = seat(&snap, "eng");
     assert_eq!(eng["state"], "failed");
     assert_eq!(eng["last_error"]["reason"], "max_iter");
     assert_eq!(snap["attention"][0]["kind"], "task_failed");

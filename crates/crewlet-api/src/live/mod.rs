@@ -76,13 +76,10 @@ pub struct LiveHub {
     hydrated: Mutex<std::collections::HashSet<Uuid>>,
 }
 
-/// An event as a row: its wire form plus `failed`, without its payload.
-pub fn event_row(event: &Event, with_payload: bool) -> Value {
+/// An event as a stream row: its wire form plus `failed` and `handle`.
+pub fn event_row(event: &Event) -> Value {
     let mut v = serde_json::to_value(event).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
-        if !with_payload {
-            m.remove("payload");
-        }
         m.insert("failed".into(), Value::Bool(is_failure(event)));
         if let Some(h) = event.agent_handle() {
             m.insert("handle".into(), Value::from(h));
@@ -128,11 +125,13 @@ impl LiveHub {
     pub fn ingest(&self, event: &Event, org: Option<&Organization>) {
         let mut inner = self.inner.lock();
         inner.seq += 1;
+        // One serialization serves both the frame and the snapshot's row.
+        let row = event_row(event);
         let frame = Arc::new(Frame {
             seq: inner.seq,
             event_id: Some(event.id),
             topic: Some(topics::events(&event.event_type)),
-            json: json!({"kind": "event", "data": event_row(event, true)}).to_string(),
+            json: json!({"kind": "event", "data": &row}).to_string(),
         });
         if inner.ring.len() == RING {
             inner.ring.pop_front();
@@ -143,7 +142,11 @@ impl LiveHub {
             if inner.recent.len() == SNAPSHOT_EVENTS {
                 inner.recent.pop_front();
             }
-            inner.recent.push_back(event_row(event, false));
+            let mut row = row;
+            if let Value::Object(m) = &mut row {
+                m.remove("payload");
+            }
+            inner.recent.push_back(row);
         }
         let changed = inner.projection.apply(event);
         let _ = self.tx.send(frame);

@@ -30,6 +30,21 @@ pub struct LiveTurn {
     pub updated_at: DateTime<Utc>,
 }
 
+impl LiveTurn {
+    /// A turn that has started and produced nothing yet.
+    fn new(turn_id: uuid::Uuid, at: DateTime<Utc>) -> Self {
+        Self {
+            turn_id: turn_id.to_string(),
+            phase: None,
+            iteration: 0,
+            model: None,
+            response: String::new(),
+            tool_executions: Vec::new(),
+            updated_at: at,
+        }
+    }
+}
+
 /// The task a seat is working on.
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveTask {
@@ -160,28 +175,14 @@ impl Projection {
                     trace_id: event.trace_id.map(|t| t.to_string()),
                     started_at: event.timestamp,
                 });
-                seat.turn = started.map(|s| LiveTurn {
-                    turn_id: s.turn_id.to_string(),
-                    phase: None,
-                    iteration: 0,
-                    model: None,
-                    response: String::new(),
-                    tool_executions: Vec::new(),
-                    updated_at: event.timestamp,
-                });
+                seat.turn = started.map(|s| LiveTurn::new(s.turn_id, event.timestamp));
             }
             EventType::AgentPhaseStarted => {
                 let p = AgentPhaseStarted::from_event(event).ok()?;
                 seat.state = Some("working");
-                let turn = seat.turn.get_or_insert_with(|| LiveTurn {
-                    turn_id: p.turn_id.to_string(),
-                    phase: None,
-                    iteration: 0,
-                    model: None,
-                    response: String::new(),
-                    tool_executions: Vec::new(),
-                    updated_at: event.timestamp,
-                });
+                let turn = seat
+                    .turn
+                    .get_or_insert_with(|| LiveTurn::new(p.turn_id, event.timestamp));
                 turn.phase = Some(p.phase);
                 turn.iteration = p.iteration;
                 turn.model = Some(p.model);

@@ -191,8 +191,7 @@ async fn run(
                             continue;
                         }
                         replayed_ids.insert(e.id);
-                        let frame =
-                            json!({"kind": "event", "data": crate::live::event_row(&e, true)});
+                        let frame = json!({"kind": "event", "data": crate::live::event_row(&e)});
                         if !send(&mut socket, frame.to_string()).await {
                             return;
                         }
