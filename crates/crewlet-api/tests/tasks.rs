@@ -146,6 +146,25 @@ async fn bad_requests_are_refused_with_reasons_and_post_nothing() {
         .await
         .unwrap();
     assert!(r.status() == 400 || r.status() == 413, "{}", r.status());
+    // The documented key pattern is visible ASCII without spaces.
+    for key in ["a b", "tab\there", &"k".repeat(201)] {
+        let r = h
+            .authed(h.http.post(h.url("/agents/eng/tasks")))
+            .header("idempotency-key", key)
+            .json(&serde_json::json!({"text": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "key {key:?}");
+        let b = json_of(r).await;
+        assert!(
+            b["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Idempotency-Key"),
+            "{b}"
+        );
+    }
     // No token: 401, nothing posted.
     let r = h
         .http

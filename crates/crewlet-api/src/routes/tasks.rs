@@ -241,10 +241,14 @@ fn idempotency_key(headers: &HeaderMap) -> HttpResult<Option<String>> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let key = value
-        .to_str()
-        .map_err(|_| HttpError::bad_request("Idempotency-Key is not visible ASCII"))?
-        .trim();
+    let key = value.as_bytes();
+    if !key.iter().all(|b| (b'!'..=b'~').contains(b)) {
+        return Err(HttpError::bad_request(
+            "Idempotency-Key must be visible ASCII, without spaces",
+        ));
+    }
+    // Every byte is visible ASCII, so this cannot fail.
+    let key = std::str::from_utf8(key).unwrap_or_default();
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
         return Err(HttpError::bad_request(format!(
             "Idempotency-Key must be 1 to {MAX_KEY_BYTES} bytes"
