@@ -245,6 +245,14 @@ function connect() {
     else if (kind === 'seat' && data?.handle) {
       store.seats.set(data.handle, data);
       store.emit('seat', data);
+    } else if (kind === 'budget' && data) {
+      // The ledger moved: the org budget, and caps that crossed 80%.
+      store.budget = { org: data.org };
+      const raised = data.attention || [];
+      for (const a of [...raised].reverse()) store.attention.unshift(a);
+      store.attention.length = Math.min(store.attention.length, 50);
+      store.emit('today', store.today);
+      if (raised.length) store.emit('attention', store.attention);
     } else if (kind === 'heartbeat') {
       store.clients = data?.clients ?? store.clients;
       store.emit('heartbeat', data);

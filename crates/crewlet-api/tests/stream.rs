@@ -303,3 +303,96 @@ async fn a_client_that_stops_reading_is_closed_not_buffered() {
     assert!(code.1.starts_with("too slow"), "{code:?}");
     h.stop().await;
 }
+
+const BUDGET_CO: &str = r#"
+name: Budget Co
+token_budget: 10000
+providers:
+  llm:
+    main:
+      type: openai
+      model: gpt-test
+      api_keys: ["${OPENAI_API_KEY}"]
+roles:
+  - name: Engineer
+    handle: eng
+    token_budget: 1000
+  - name: Writer
+    handle: writer
+"#;
+
+/// Frames until one of `kind` whose data satisfies `until` (the ledger is
+/// read every 2 s, so earlier readings may come first).
+async fn frame_of(s: &mut Socket, kind: &str, until: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let f = next(s).await;
+        if f["kind"] == kind && until(&f["data"]) {
+            return f["data"].clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn budgets_follow_the_ledger_and_a_cap_at_eighty_percent_needs_attention() {
+    use crewlet_store::BudgetCharge;
+    let h = Harness::with(common::Options {
+        company: Some(BUDGET_CO),
+        ..common::Options::default()
+    })
+    .await;
+    let snap = json_of(h.get("/stream/snapshot").send().await.unwrap()).await;
+    assert_eq!(seat(&snap, "eng")["budget"]["max"], 1000);
+    assert_eq!(seat(&snap, "eng")["budget"]["used"], 0);
+    assert!(seat(&snap, "writer")["budget"].is_null(), "no per-seat cap");
+
+    let mut s = connect(&h, "").await;
+    assert_eq!(next(&mut s).await["kind"], "snapshot");
+    let charge = |handle: &str, tokens| BudgetCharge {
+        agent_id: AgentId::for_seat("Budget Co", handle),
+        agent_handle: handle.to_owned(),
+        tokens,
+        org_max: 10_000,
+        agent_max: if handle == "eng" { 1000 } else { 0 },
+    };
+    h.stores
+        .ledger
+        .charge(&charge("eng", 850))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A seat frame carries the new figure, and a budget frame the org's
+    // and the attention item the crossing raised.
+    let eng = frame_of(&mut s, "seat", |f| {
+        f["handle"] == "eng" && f["budget"]["used"] != 0
+    })
+    .await;
+    assert_eq!(eng["budget"]["used"], 850);
+    let budget = frame_of(&mut s, "budget", |f| f["org"]["used"] != 0).await;
+    assert_eq!(budget["org"]["used"], 850);
+    assert_eq!(budget["org"]["max"], 10_000);
+    let raised = budget["attention"].as_array().cloned().unwrap_or_default();
+    assert_eq!(raised.len(), 1, "{budget}");
+    assert_eq!(raised[0]["kind"], "budget_near");
+    assert_eq!(raised[0]["handle"], "eng");
+    assert!(raised[0]["event_id"].is_null());
+
+    // The writer spends without a cap of its own: the org moves, nothing
+    // needs attention again (eng was already reported).
+    h.stores
+        .ledger
+        .charge(&charge("writer", 100))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let budget = frame_of(&mut s, "budget", |_| true).await;
+    assert_eq!(budget["org"]["used"], 950);
+    assert_eq!(budget["attention"], serde_json::json!([]));
+
+    let snap = json_of(h.get("/stream/snapshot").send().await.unwrap()).await;
+    assert_eq!(snap["budget"]["org"]["used"], 950);
+    assert_eq!(seat(&snap, "eng")["budget"]["used"], 850);
+    let near: Vec<&Value> = snap["attention"]
+        .as_array()
+        .map(|a| a.iter().filter(|a| a["kind"] == "budget_near").collect())
+        .unwrap_or_default();
+    assert_eq!(near.len(), 1, "{snap}");
+    h.stop().await;
+}

@@ -11,6 +11,7 @@
 //! event store. A socket more than [`BROADCAST`] frames behind is closed
 //! (4008) rather than buffered: memory never grows with a slow client.
 
+pub mod budget;
 pub mod projection;
 
 use std::collections::VecDeque;
@@ -174,9 +175,77 @@ impl LiveHub {
             "seats": inner.projection.seats(org),
             "events": events,
             "attention": inner.projection.attention(),
-            "budget": {},
+            "budget": inner.projection.budgets().org_json(),
             "today": inner.projection.today(),
         })
+    }
+
+    /// Takes a new reading of the ledger: a seat frame for each seat whose
+    /// budget moved, and a `budget` frame (the org budget and any new
+    /// `budget_near` items) when the org budget moved or a cap crossed 80%.
+    pub fn set_budgets(&self, budgets: budget::Budgets, org: Option<&Organization>) {
+        let mut inner = self.inner.lock();
+        let change = inner.projection.set_budgets(budgets, Utc::now());
+        if let Some(org) = org {
+            for handle in &change.seats {
+                if let Some(seat) = inner.projection.seat(org, handle) {
+                    inner.seq += 1;
+                    let frame = Arc::new(Frame {
+                        seq: inner.seq,
+                        event_id: None,
+                        topic: None,
+                        json: json!({"kind": "seat", "data": seat}).to_string(),
+                    });
+                    let _ = self.tx.send(frame);
+                }
+            }
+        }
+        if change.org || !change.near.is_empty() {
+            let raised: Vec<Attention> = inner
+                .projection
+                .attention()
+                .into_iter()
+                .take(change.near.len())
+                .collect();
+            let mut data = inner.projection.budgets().org_json();
+            data["attention"] = json!(raised);
+            inner.seq += 1;
+            let frame = Arc::new(Frame {
+                seq: inner.seq,
+                event_id: None,
+                topic: None,
+                json: json!({"kind": "budget", "data": data}).to_string(),
+            });
+            let _ = self.tx.send(frame);
+        }
+    }
+
+    /// Reads the ledger every [`budget::REFRESH`] until the task is
+    /// dropped; `caps` answers the active organization and company cap.
+    pub async fn follow_budgets(
+        self: Arc<Self>,
+        ledger: Arc<dyn crewlet_store::TokenLedger>,
+        caps: impl Fn() -> (Option<Arc<Organization>>, u64) + Send + 'static,
+    ) {
+        let mut tick = tokio::time::interval(budget::REFRESH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            match ledger.budgets().await {
+                Ok(rows) => {
+                    failing = false;
+                    let (org, cap) = caps();
+                    let budgets = budget::Budgets::from_ledger(&rows, org.as_deref(), cap);
+                    self.set_budgets(budgets, org.as_deref());
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "the live stream cannot read the token ledger; budgets shown may be stale");
+                }
+                Err(_) => {}
+            }
+        }
     }
 
     /// The snapshot now.

@@ -3,7 +3,7 @@
 //! same as the embedded one): each seat's state and running turn, the
 //! attention queue, and today's throughput and spend.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 use crewlet_config::{Organization, SeatKind};
@@ -13,6 +13,8 @@ use crewlet_core::payload::{
 };
 use crewlet_core::{Event, EventType};
 use serde::Serialize;
+
+use super::budget::{self, BudgetLive, Budgets};
 
 /// Most attention items kept (newest first).
 pub const ATTENTION_CAP: usize = 50;
@@ -105,7 +107,9 @@ pub struct Attention {
     pub handle: Option<String>,
     pub summary: String,
     pub at: DateTime<Utc>,
-    pub event_id: String,
+    /// The event that raised it (`null` for `budget_near`, which the
+    /// ledger raises).
+    pub event_id: Option<String>,
     pub trace_id: Option<String>,
 }
 
@@ -142,6 +146,9 @@ pub struct Projection {
     seats: BTreeMap<String, Overlay>,
     attention: VecDeque<Attention>,
     today: Today,
+    budgets: Budgets,
+    /// Scopes already reported as `budget_near`.
+    near: HashSet<String>,
 }
 
 fn midnight(at: DateTime<Utc>) -> DateTime<Utc> {
@@ -272,10 +279,48 @@ impl Projection {
             handle,
             summary: event.summary.clone(),
             at: event.timestamp,
-            event_id: event.id.to_string(),
+            event_id: Some(event.id.to_string()),
             trace_id: event.trace_id.map(|t| t.to_string()),
         });
         self.attention.truncate(ATTENTION_CAP);
+    }
+
+    /// Takes a new reading of the ledger: what changed, with a
+    /// `budget_near` attention item for each cap that crossed 80%.
+    pub fn set_budgets(&mut self, new: Budgets, at: DateTime<Utc>) -> budget::Change {
+        let change = budget::diff(&self.budgets, &new, &mut self.near);
+        for scope in &change.near {
+            let (handle, b, whose) = match new.seats.get(scope) {
+                Some(b) if scope != crewlet_store::ORG_SCOPE => {
+                    (Some(scope.clone()), b, format!("{scope} has"))
+                }
+                _ => (None, &new.org, "the company has".to_owned()),
+            };
+            let pct = b.used.saturating_mul(100) / b.max.max(1);
+            self.attention.push_front(Attention {
+                kind: "budget_near",
+                handle,
+                summary: format!(
+                    "{whose} used {pct}% of its token budget ({} of {})",
+                    b.used, b.max
+                ),
+                at,
+                event_id: None,
+                trace_id: None,
+            });
+        }
+        self.attention.truncate(ATTENTION_CAP);
+        self.budgets = new;
+        change
+    }
+
+    /// The company's budget as last read.
+    pub fn org_budget(&self) -> &BudgetLive {
+        &self.budgets.org
+    }
+
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
     }
 
     /// Every seat of `org` with its overlay (seats the events name but the
@@ -306,8 +351,8 @@ impl Projection {
             task: overlay.task,
             turn: overlay.turn,
             last_error: overlay.last_error,
-            budget: (s.role.token_budget > 0).then_some(SeatBudget {
-                used: 0,
+            budget: (s.role.token_budget > 0).then(|| SeatBudget {
+                used: self.budgets.seats.get(&s.handle).map_or(0, |b| b.used),
                 max: s.role.token_budget,
             }),
             tokens_today: overlay.tokens_today,

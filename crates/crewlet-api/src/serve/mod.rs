@@ -106,7 +106,20 @@ impl Api {
             live.run(move || state.view().and_then(|v| v.organization()))
                 .await;
         });
-        Background(vec![poll, feed])
+        // Budgets are enforced on the ledger, not by events: the live view
+        // reads it.
+        let ledger_state = self.state.clone();
+        let budgets = tokio::spawn(self.state.inner().live.clone().follow_budgets(
+            self.state.inner().stores.ledger.clone(),
+            move || {
+                let org = ledger_state.view().and_then(|v| v.organization());
+                let cap = ledger_state
+                    .snapshot()
+                    .map_or(0, |s| s.company.token_budget);
+                (org, cap)
+            },
+        ));
+        Background(vec![poll, feed, budgets])
     }
 
     /// Serves on `listener` until `shutdown` resolves, then drains: `/ready`
