@@ -587,6 +587,27 @@ pub async fn streams_match_wildcards(f: &dyn QueueFactory) {
     q.shutdown().await;
 }
 
+/// The first event on a topic created after a stream opened reaches the
+/// stream (a dashboard must not miss the first `task_completed` of a new
+/// deployment), once.
+pub async fn streams_see_the_first_event_of_a_new_topic(f: &dyn QueueFactory) {
+    let q = f.node(fast_delivery()).await;
+    let p = unique_topic("stream-new");
+    let tap = StreamTap::new(stream_ok(&*q, &format!("{p}.events.>")).await);
+    let first = test_event("the first event on a new topic");
+    let topic = format!("{p}.events.fresh");
+    publish_ok(&*q, &topic, &first).await;
+    tap.wait_until(f.patience(), "the first event of a new topic", |seen| {
+        seen.iter().any(|(_, e)| e.id == first.id)
+    })
+    .await;
+    tokio::time::sleep(f.grace()).await;
+    let seen = tap.seen();
+    assert_eq!(seen.len(), 1, "seen once: {seen:?}");
+    assert_eq!(seen[0].0, topic);
+    q.shutdown().await;
+}
+
 async fn stream_ok(q: &dyn EventQueue, pattern: &str) -> EventStream {
     match q.subscribe_stream(pattern).await {
         Ok(s) => s,
@@ -797,6 +818,7 @@ pub async fn run_all(f: &dyn QueueFactory) {
     failed_message_is_redelivered_until_success(f).await;
     exhausted_message_is_dead_lettered_with_attempts_intact(f).await;
     streams_match_wildcards(f).await;
+    streams_see_the_first_event_of_a_new_topic(f).await;
     streams_end_on_shutdown(f).await;
     pause_holds_messages_until_resume(f).await;
     shutdown_drains_in_flight_handlers(f).await;
@@ -818,6 +840,7 @@ macro_rules! conformance_tests {
             failed_message_is_redelivered_until_success,
             exhausted_message_is_dead_lettered_with_attempts_intact,
             streams_match_wildcards,
+            streams_see_the_first_event_of_a_new_topic,
             streams_end_on_shutdown,
             pause_holds_messages_until_resume,
             shutdown_drains_in_flight_handlers,

@@ -73,6 +73,10 @@ struct Overlay {
     turn: Option<LiveTurn>,
     last_error: Option<LastError>,
     tokens_today: u64,
+    /// The newest event that moved the state. On Pulsar each event type is
+    /// a topic of its own, so events of one seat may arrive out of order;
+    /// an older one (by its time-ordered id) no longer moves the state.
+    moved_by: Option<uuid::Uuid>,
 }
 
 /// One seat as the dashboard shows it: the company's seat with its overlay.
@@ -168,6 +172,30 @@ impl Projection {
         }
         let handle = handle?;
         let seat = self.seats.entry(handle.clone()).or_default();
+        let stale = seat.moved_by.is_some_and(|newest| event.id < newest);
+        match &event.event_type {
+            EventType::AgentTurnCompleted => {}
+            EventType::TaskCompleted | EventType::TaskFailed if stale => {
+                match event.event_type {
+                    EventType::TaskCompleted => self.today.tasks_completed += 1,
+                    _ => self.today.tasks_failed += 1,
+                }
+                return None;
+            }
+            EventType::TaskStarted
+            | EventType::AgentPhaseStarted
+            | EventType::AgentTurnProgress
+            | EventType::TaskCompleted
+            | EventType::TaskFailed
+            | EventType::BudgetExhausted
+            | EventType::LlmUnavailable => {
+                if stale {
+                    return None;
+                }
+                seat.moved_by = Some(event.id);
+            }
+            _ => return None,
+        }
         match &event.event_type {
             EventType::TaskStarted => {
                 let started = TaskStarted::from_event(event).ok();
@@ -370,5 +398,77 @@ impl Projection {
 
     pub fn today(&self) -> Today {
         self.today.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewlet_core::payload::TriggerSummary;
+
+    fn ev(kind: EventType, payload: serde_json::Value) -> Event {
+        let mut e = Event::new(kind, "test").with_agent_handle("eng");
+        e.payload = payload;
+        e
+    }
+
+    fn started(turn: uuid::Uuid) -> Event {
+        let p = TaskStarted {
+            turn_id: turn,
+            trigger: TriggerSummary {
+                source: "api".into(),
+                sender: None,
+                channel: None,
+                task_id: "t".into(),
+                delegation_depth: 0,
+                summary: "work".into(),
+            },
+        };
+        ev(EventType::TaskStarted, p.to_payload())
+    }
+
+    fn phase(turn: uuid::Uuid, phase: &str) -> Event {
+        let p = AgentPhaseStarted {
+            phase: phase.into(),
+            turn_id: turn,
+            iteration: 1,
+            provider: "main".into(),
+            model: "m".into(),
+        };
+        ev(EventType::AgentPhaseStarted, p.to_payload())
+    }
+
+    fn state(p: &Projection) -> Option<&'static str> {
+        p.seats.get("eng").and_then(|s| s.state)
+    }
+
+    #[test]
+    fn a_late_phase_of_a_finished_turn_does_not_set_the_seat_working() {
+        // Made in this order (ids ascend), applied out of it, as separate
+        // Pulsar topics may deliver them.
+        let turn = uuid::Uuid::now_v7();
+        let (s, p, done) = (
+            started(turn),
+            phase(turn, "review"),
+            ev(EventType::TaskCompleted, serde_json::json!({})),
+        );
+        let mut proj = Projection::default();
+        proj.apply(&s);
+        proj.apply(&done);
+        assert_eq!(state(&proj), Some("idle"));
+        assert_eq!(proj.apply(&p), None, "stale: no seat change");
+        assert_eq!(state(&proj), Some("idle"));
+        assert!(proj.seats["eng"].turn.is_none());
+    }
+
+    #[test]
+    fn a_late_completion_of_an_earlier_task_counts_but_keeps_the_new_turn() {
+        let done = ev(EventType::TaskCompleted, serde_json::json!({}));
+        let next = started(uuid::Uuid::now_v7());
+        let mut proj = Projection::default();
+        proj.apply(&next);
+        proj.apply(&done);
+        assert_eq!(state(&proj), Some("working"));
+        assert_eq!(proj.today().tasks_completed, 1);
     }
 }

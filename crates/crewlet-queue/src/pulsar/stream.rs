@@ -1,7 +1,15 @@
 //! Live streams on Pulsar: one non-durable subscription per matching topic,
 //! so a stream that goes away leaves no subscription and no backlog behind.
+//!
+//! The namespace is listed when the stream opens and every
+//! `stream_refresh`. Topics there at the open are read from the latest
+//! message (the stream starts now). A topic that appears later was created
+//! after the stream opened, so it is read from its first message: the first
+//! event of a new type is not lost, only delayed until the next listing. A
+//! reader that failed is re-attached at the latest message (what it missed
+//! meanwhile is lost to the stream, as a slow stream's overflow is).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +25,15 @@ use super::Inner;
 use crate::memory::AbortOnDrop;
 use crate::pattern::TopicPattern;
 use crate::{EventStream, QueueError, StreamEvent};
+
+/// The readers of one stream.
+#[derive(Default)]
+struct Readers {
+    /// By subject, while they run.
+    running: HashMap<String, JoinHandle<()>>,
+    /// Every subject ever attached.
+    known: HashSet<String>,
+}
 
 struct Tap {
     inner: Arc<Inner>,
@@ -37,8 +54,8 @@ pub(crate) async fn open(inner: &Arc<Inner>, pattern: &str) -> Result<EventStrea
         tx,
         dropped: dropped.clone(),
     });
-    let mut readers = HashMap::new();
-    tap.discover(&mut readers)
+    let mut readers = Readers::default();
+    tap.discover(&mut readers, true)
         .await
         .map_err(|source| QueueError::Stream {
             pattern: pattern.to_owned(),
@@ -73,19 +90,28 @@ impl Tap {
             .collect())
     }
 
-    /// Attaches a reader to every matching topic not read yet.
+    /// Attaches a reader to every matching topic not read yet: from the
+    /// latest message at the open (`initial`) and for a topic read before,
+    /// from the first for a topic new since the last listing.
     async fn discover(
         self: &Arc<Self>,
-        readers: &mut HashMap<String, JoinHandle<()>>,
+        readers: &mut Readers,
+        initial: bool,
     ) -> Result<(), crate::BoxError> {
-        readers.retain(|_, task| !task.is_finished());
+        readers.running.retain(|_, task| !task.is_finished());
         for subject in self.matching_topics().await? {
-            if readers.contains_key(&subject) {
+            if readers.running.contains_key(&subject) {
                 continue;
             }
-            let consumer = self.reader(&subject).await?;
+            let position = if initial || readers.known.contains(&subject) {
+                InitialPosition::Latest
+            } else {
+                InitialPosition::Earliest
+            };
+            let consumer = self.reader(&subject, position).await?;
             let task = tokio::spawn(self.clone().read(subject.clone(), consumer));
-            readers.insert(subject, task);
+            readers.known.insert(subject.clone());
+            readers.running.insert(subject, task);
         }
         Ok(())
     }
@@ -93,6 +119,7 @@ impl Tap {
     async fn reader(
         &self,
         subject: &str,
+        position: InitialPosition,
     ) -> Result<pulsar::Consumer<Vec<u8>, pulsar::TokioExecutor>, crate::BoxError> {
         let o = &self.inner.options;
         let build = self
@@ -107,7 +134,7 @@ impl Tap {
             .with_options(
                 ConsumerOptions::default()
                     .durable(false)
-                    .with_initial_position(InitialPosition::Latest),
+                    .with_initial_position(position),
             )
             .build::<Vec<u8>>();
         Ok(super::bounded(o.operation_timeout, build)
@@ -115,7 +142,7 @@ impl Tap {
             .ok_or_else(|| format!("timed out attaching a reader to {subject}"))??)
     }
 
-    async fn refresh(self: Arc<Self>, mut readers: HashMap<String, JoinHandle<()>>) {
+    async fn refresh(self: Arc<Self>, mut readers: Readers) {
         let mut tick = tokio::time::interval(self.inner.options.stream_refresh);
         tick.tick().await;
         loop {
@@ -124,11 +151,11 @@ impl Tap {
                 () = self.inner.node.shutdown.wait() => break,
                 () = self.tx.closed() => break,
             }
-            if let Err(error) = self.discover(&mut readers).await {
+            if let Err(error) = self.discover(&mut readers, false).await {
                 tracing::warn!(pattern = self.pattern.as_str(), %error, "stream topic discovery failed");
             }
         }
-        for task in readers.values() {
+        for task in readers.running.values() {
             task.abort();
         }
     }
