@@ -396,3 +396,44 @@ async fn budgets_follow_the_ledger_and_a_cap_at_eighty_percent_needs_attention()
     assert_eq!(near.len(), 1, "{snap}");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_large_snapshot_is_gzipped_for_a_client_that_takes_gzip() {
+    use std::io::Read as _;
+    // Enough seats for a snapshot over the 8 KB threshold.
+    let mut yaml = String::from(
+        "name: Big Co\nproviders:\n  llm:\n    main: {type: openai, model: m, api_keys: [\"${OPENAI_API_KEY}\"]}\nroles:\n",
+    );
+    for i in 0..60 {
+        yaml.push_str(&format!("  - name: Seat {i}\n    handle: s{i}\n"));
+    }
+    let yaml: &'static str = Box::leak(yaml.into_boxed_str());
+    let h = Harness::with(common::Options {
+        company: Some(yaml),
+        ..common::Options::default()
+    })
+    .await;
+    let plain = h.get("/stream/snapshot").send().await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    let plain = json_of(plain).await;
+    assert_eq!(plain["seats"].as_array().map(Vec::len), Some(60));
+
+    let r = h
+        .get("/stream/snapshot")
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let gz = r.bytes().await.unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap_or_else(|e| panic!("not gzip: {e}"));
+    assert!(gz.len() * 3 < text.len(), "{} of {}", gz.len(), text.len());
+    let unzipped: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(unzipped["seats"], plain["seats"]);
+    h.stop().await;
+}
