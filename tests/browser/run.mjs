@@ -368,6 +368,7 @@ test('engine: the task\'s trace opens as a tree and inspect shows the recorded p
       roots: [...tree.children].map((li) => li.getBoundingClientRect().width) };
   });
   assert.notEqual(layout.position, 'sticky', JSON.stringify(layout));
+  assert.equal(layout.roots.length, 1, `one tree: the task, with its turn under it: ${JSON.stringify(layout)}`);
   assert.ok(layout.roots.every((w) => w >= layout.tree - 1), `root spans as wide as the tree: ${JSON.stringify(layout)}`);
   assert.ok((await page.locator('[data-testid="trace-root"]').textContent()).includes(sent.text), 'the trace is headed by the task');
   const rows = await page.locator('[data-room="trace"] .trow').evaluateAll((l) => l.map((x) => x.dataset.event));

@@ -52,7 +52,12 @@ export function traces(ctx) {
 
 // ---- #/traces/{id} ----------------------------------------------------------
 
-/** Spans from events: events sharing a span_id are one node, nested by parent_span_id. */
+/**
+ * Spans from events: events sharing a span_id are one node, nested by
+ * parent_span_id. A span whose parent recorded no event (the engine's inbox
+ * and turn spans emit none) goes under the trace's first root span, marked
+ * `via`, so a task and the turn it started read as one tree.
+ */
 export function spanTree(events) {
   const spans = new Map();
   const loose = [];
@@ -64,11 +69,17 @@ export function spanTree(events) {
     if (!sp.parent && ev.parent_span_id && ev.parent_span_id !== ev.span_id) sp.parent = ev.parent_span_id;
   }
   const roots = [];
+  const first = (sp) => sp.events[0].id;
+  // The anchor has no parent at all, so nothing hung under it makes a cycle.
+  const anchor = [...spans.values()].filter((sp) => !sp.parent).sort((a, b) => (first(a) < first(b) ? -1 : 1))[0];
   for (const sp of spans.values()) {
     const parent = sp.parent && spans.get(sp.parent);
-    if (parent && !isAncestor(sp, parent, spans)) parent.children.push(sp); else roots.push(sp);
+    if (parent && !isAncestor(sp, parent, spans)) parent.children.push(sp);
+    else if (sp.parent && !parent && anchor && anchor !== sp) {
+      sp.via = sp.parent;
+      anchor.children.push(sp);
+    } else roots.push(sp);
   }
-  const first = (sp) => sp.events[0].id;
   for (const sp of spans.values()) sp.children.sort((a, b) => (first(a) < first(b) ? -1 : 1));
   roots.sort((a, b) => (first(a) < first(b) ? -1 : 1));
   return { roots, loose };
@@ -137,7 +148,8 @@ export function trace(ctx) {
       detailOf(ev, open.has(ev.id), toggle));
   };
   const spanEl = (sp, depth) => h('li', { class: 'span', 'data-span': sp.id },
-    h('div', { class: 'span-label mono small muted' }, `span ${sp.id}`),
+    h('div', { class: 'span-label mono small muted' }, `span ${sp.id}`,
+      sp.via ? h('span', { title: 'its parent span recorded no event' }, ` · via span ${sp.via}`) : null),
     sp.events.map(row),
     sp.children.length && depth < 64 ? h('ol', { class: 'tree' }, sp.children.map((c) => spanEl(c, depth + 1))) : null);
 
