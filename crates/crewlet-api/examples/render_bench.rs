@@ -135,8 +135,14 @@ async fn main() -> Result<()> {
     if crewlet_test_support::services::require_postgres().is_none() {
         bail!("PostgreSQL is not reachable; start it with `cargo xtask services up`");
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser/render-bench.mjs");
-    let modules = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/browser/node_modules");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/browser/render-bench.mjs"
+    );
+    let modules = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/browser/node_modules"
+    );
     if !std::path::Path::new(modules).is_dir() {
         bail!("the browser service is missing; start it with `cargo xtask services up`");
     }
@@ -204,10 +210,7 @@ async fn main() -> Result<()> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let snap: serde_json::Value = match http
-            .get(format!("{base}/stream/snapshot"))
-            .send()
-            .await
+        let snap: serde_json::Value = match http.get(format!("{base}/stream/snapshot")).send().await
         {
             Ok(r) => r.json().await.unwrap_or_default(),
             Err(_) => serde_json::Value::Null,

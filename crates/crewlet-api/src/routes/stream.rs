@@ -96,7 +96,10 @@ pub async fn snapshot(
     use axum::http::{HeaderValue, header};
     (
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
             (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
             (header::VARY, HeaderValue::from_static("accept-encoding")),
         ],
