@@ -154,6 +154,7 @@ event_types! {
     // notification
     ExternalNotification = "external_notification" => Notification,
     NotificationSkipped = "notification_skipped" => Notification,
+    NotificationsCoalesced = "notifications_coalesced" => Notification,
     // learning
     DiaryWritten = "diary_written" => Learning,
     EpisodeRecorded = "episode_recorded" => Learning,

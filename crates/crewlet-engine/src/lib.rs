@@ -29,6 +29,7 @@
 //! (`crewlet-store`) and no turn logic (`crewlet-turn`). See `docs/engine.md`.
 
 pub mod admin;
+mod coalesce;
 mod company;
 mod engine;
 mod error;

@@ -205,6 +205,8 @@ impl Drop for RunningTurn<'_> {
 pub(crate) struct InboxHandler {
     pub seat: Arc<SeatRuntime>,
     pub runtime: Arc<TurnRuntime>,
+    /// Where `notifications_coalesced` goes.
+    pub queue: Arc<dyn crewlet_queue::EventQueue>,
 }
 
 fn stopping() -> HandlerError {
@@ -213,6 +215,45 @@ fn stopping() -> HandlerError {
 
 #[async_trait]
 impl EventHandler for InboxHandler {
+    /// Tasks of one conversation that waited together: repeats dropped,
+    /// two or more merged into one digest task (one turn), else one by one.
+    async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), HandlerError> {
+        let handle = self.seat.seat.handle.as_str();
+        let mut seen = std::collections::HashSet::new();
+        let fresh: Vec<Delivery> = batch
+            .into_iter()
+            .filter(|d| seen.insert(d.event.id) && !self.seat.handled.contains(&d.event.id))
+            .collect();
+        if fresh.len() > 1
+            && let Some(merged) = crate::coalesce::merge(handle, &fresh)
+        {
+            debug!(
+                agent = handle,
+                count = fresh.len(),
+                "inbox tasks of one conversation merged into one turn"
+            );
+            let ids: Vec<Uuid> = fresh.iter().map(|d| d.event.id).collect();
+            // Published before the turn: a crash after it leaves the whole
+            // part unacknowledged, so it is merged again, never lost.
+            let _ = self
+                .queue
+                .publish(
+                    &crewlet_queue::topics::events(&EventType::NotificationsCoalesced),
+                    &merged.event,
+                )
+                .await;
+            self.handle(merged.delivery).await?;
+            for id in ids {
+                self.seat.handled.insert(id);
+            }
+            return Ok(());
+        }
+        for delivery in fresh {
+            self.handle(delivery).await?;
+        }
+        Ok(())
+    }
+
     async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
         let event = &delivery.event;
         let handle = self.seat.seat.handle.as_str();

@@ -11,6 +11,7 @@
 //! With the `testsuite` feature, [`testsuite`] is the conformance suite every
 //! backend passes.
 
+mod batch;
 mod error;
 pub mod memory;
 mod node;
@@ -22,6 +23,7 @@ mod queue;
 pub mod testsuite;
 pub mod topics;
 
+pub use batch::{BatchKey, BatchOptions};
 pub use error::{BoxError, HandlerError, QueueError};
 pub use memory::{MemoryBroker, MemoryBrokerOptions, MemoryQueue};
 pub use pattern::TopicPattern;

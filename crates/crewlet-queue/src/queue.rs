@@ -52,12 +52,29 @@ pub struct SubscribeOptions {
     /// where handlers are slow (a seat inbox: a member must not hoard messages
     /// it cannot start); raise it where handlers are quick and traffic high.
     pub prefetch: Option<usize>,
+    /// Deliver in batches split by key ([`EventHandler::handle_batch`]);
+    /// the member's prefetch is raised to at least `max_batch`.
+    pub batch: Option<crate::BatchOptions>,
 }
 
 impl SubscribeOptions {
     pub fn with_prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = Some(prefetch);
         self
+    }
+
+    pub fn with_batch(mut self, batch: crate::BatchOptions) -> Self {
+        self.batch = Some(batch);
+        self
+    }
+
+    /// The prefetch of a member with these options.
+    pub(crate) fn member_prefetch(&self, default: usize) -> usize {
+        let prefetch = self.prefetch.unwrap_or(default).max(1);
+        match &self.batch {
+            Some(b) => prefetch.max(b.max_batch),
+            None => prefetch,
+        }
     }
 }
 
@@ -94,6 +111,18 @@ pub struct Delivery {
 #[async_trait]
 pub trait EventHandler: Send + Sync + 'static {
     async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError>;
+
+    /// One part of a batch subscription's drain (messages sharing a key,
+    /// in order): `Ok` acknowledges them all, `Err` negatively acknowledges
+    /// each. The default handles them one by one and stops at the first
+    /// error (so a failure re-delivers the ones already handled too):
+    /// handlers of batch subscriptions override it.
+    async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), HandlerError> {
+        for delivery in batch {
+            self.handle(delivery).await?;
+        }
+        Ok(())
+    }
 }
 
 /// An [`EventHandler`] from an async closure; see [`handler_fn`].

@@ -430,6 +430,166 @@ pub async fn new_group_starts_at_earliest(f: &dyn QueueFactory) {
     q.shutdown().await;
 }
 
+/// One call of a batch handler: the summaries and attempts it got, and
+/// whether it succeeded.
+#[derive(Clone, Debug)]
+struct BatchCall {
+    summaries: Vec<String>,
+    ids: Vec<Uuid>,
+    attempts: Vec<u32>,
+    ok: bool,
+}
+
+/// Records batch calls; fails a part holding `fail` on its first attempt.
+struct BatchRecorder {
+    calls: Arc<Mutex<Vec<BatchCall>>>,
+    fail: &'static str,
+}
+
+#[async_trait]
+impl EventHandler for BatchRecorder {
+    async fn handle(&self, _: Delivery) -> Result<(), HandlerError> {
+        Err(HandlerError::new("a batch subscription called handle"))
+    }
+
+    async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), HandlerError> {
+        let ok = !batch
+            .iter()
+            .any(|d| d.event.summary == self.fail && d.attempt == 1);
+        self.calls.lock().push(BatchCall {
+            summaries: batch.iter().map(|d| d.event.summary.clone()).collect(),
+            ids: batch.iter().map(|d| d.event.id).collect(),
+            attempts: batch.iter().map(|d| d.attempt).collect(),
+            ok,
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(HandlerError::new("this part fails once"))
+        }
+    }
+}
+
+/// A batch subscription takes what waits (within its linger), splits it by
+/// key and calls the handler once per part: a part's messages in order, an
+/// unkeyed message alone; a failing part is redelivered without the others.
+pub async fn batches_split_by_key_and_settle_per_part(f: &dyn QueueFactory) {
+    let q = f.node(fast_delivery()).await;
+    let topic = unique_topic("batch");
+    // Published before the subscription exists: all of it waits when the
+    // member attaches (a new group starts at the earliest message).
+    let mut sent: BTreeMap<String, Uuid> = BTreeMap::new();
+    let mut order = Vec::new();
+    for i in 1..=10 {
+        order.push(format!("a:{i}"));
+        if i == 3 {
+            order.push("b:1".into());
+            order.push("solo".into());
+        }
+        if i == 6 {
+            order.push("b:fail".into());
+        }
+    }
+    order.push("b:3".into());
+    for summary in &order {
+        let e = test_event(summary.clone());
+        sent.insert(summary.clone(), e.id);
+        publish_ok(&*q, &topic, &e).await;
+    }
+    let key: crate::BatchKey = Arc::new(|e: &Event| {
+        let k = e.summary.split(':').next().unwrap_or_default();
+        (k != "solo").then(|| k.to_owned())
+    });
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let handler = Arc::new(BatchRecorder {
+        calls: calls.clone(),
+        fail: "b:fail",
+    });
+    // The linger only has to outlast the broker handing over a backlog it
+    // already holds.
+    let options = crate::SubscribeOptions::default().with_batch(crate::BatchOptions::new(
+        Duration::from_secs(2),
+        20,
+        key,
+    ));
+    let _sub = match q.subscribe_with(&topic, "batcher", handler, options).await {
+        Ok(s) => s,
+        Err(e) => panic!("batch subscribe: {e}"),
+    };
+    let deadline = tokio::time::Instant::now() + f.patience();
+    loop {
+        let done: usize = calls
+            .lock()
+            .iter()
+            .filter(|c| c.ok)
+            .map(|c| c.ids.len())
+            .sum();
+        if done >= order.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "batches never settled: {:?}",
+            calls.lock()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(f.grace()).await;
+    let calls = calls.lock().clone();
+    for c in &calls {
+        let keys: BTreeSet<&str> = c
+            .summaries
+            .iter()
+            .map(|s| s.split(':').next().unwrap_or_default())
+            .collect();
+        assert_eq!(keys.len(), 1, "one key per call: {c:?}");
+        if keys.contains("solo") {
+            assert_eq!(c.summaries.len(), 1, "an unkeyed message stands alone");
+        }
+        assert!(c.ids.len() <= 20, "at most max_batch: {c:?}");
+    }
+    let a: Vec<&BatchCall> = calls
+        .iter()
+        .filter(|c| c.summaries[0].starts_with("a:"))
+        .collect();
+    assert_eq!(
+        a.len(),
+        1,
+        "the ten a's are one part, handled once: {calls:?}"
+    );
+    let want: Vec<String> = (1..=10).map(|i| format!("a:{i}")).collect();
+    assert_eq!(a[0].summaries, want, "in order");
+    let b: Vec<&BatchCall> = calls
+        .iter()
+        .filter(|c| c.summaries[0].starts_with("b:"))
+        .collect();
+    assert_eq!(b[0].summaries, vec!["b:1", "b:fail", "b:3"], "{calls:?}");
+    assert!(!b[0].ok);
+    // The failed part comes back (each message with its next attempt); the
+    // a part is not redelivered.
+    let b_done: Vec<Uuid> = b
+        .iter()
+        .filter(|c| c.ok)
+        .flat_map(|c| c.ids.clone())
+        .collect();
+    let b_sent: Vec<Uuid> = ["b:1", "b:fail", "b:3"].iter().map(|s| sent[*s]).collect();
+    assert_exactly_once(&b_done, &b_sent, "the retried part");
+    assert!(
+        b.iter()
+            .filter(|c| c.ok)
+            .all(|c| c.attempts.iter().all(|a| *a == 2)),
+        "{b:?}"
+    );
+    let all_ok: Vec<Uuid> = calls
+        .iter()
+        .filter(|c| c.ok)
+        .flat_map(|c| c.ids.clone())
+        .collect();
+    let all_sent: Vec<Uuid> = sent.values().copied().collect();
+    assert_exactly_once(&all_ok, &all_sent, "every message settled once");
+    q.shutdown().await;
+}
+
 /// A failed message is redelivered after the delay with its attempt count,
 /// until the handler succeeds.
 pub async fn failed_message_is_redelivered_until_success(f: &dyn QueueFactory) {
@@ -815,6 +975,7 @@ pub async fn run_all(f: &dyn QueueFactory) {
     small_prefetch_keeps_work_flowing_to_other_members(f).await;
     backlog_is_kept_while_detached_and_replayed(f).await;
     new_group_starts_at_earliest(f).await;
+    batches_split_by_key_and_settle_per_part(f).await;
     failed_message_is_redelivered_until_success(f).await;
     exhausted_message_is_dead_lettered_with_attempts_intact(f).await;
     streams_match_wildcards(f).await;
@@ -837,6 +998,7 @@ macro_rules! conformance_tests {
             small_prefetch_keeps_work_flowing_to_other_members,
             backlog_is_kept_while_detached_and_replayed,
             new_group_starts_at_earliest,
+            batches_split_by_key_and_settle_per_part,
             failed_message_is_redelivered_until_success,
             exhausted_message_is_dead_lettered_with_attempts_intact,
             streams_match_wildcards,

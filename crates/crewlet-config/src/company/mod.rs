@@ -84,15 +84,15 @@ pub struct Company {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "notifications are not rate-limited yet"))]
     pub notification_rate_limit: Option<u64>,
-    /// Seconds an idle seat's inbox waits to batch a burst of notifications.
+    /// Seconds a seat's inbox lingers after the first waiting task to take
+    /// more of the burst into the same batch (0: no added latency; what
+    /// waited during a turn is still merged per conversation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 60.0))]
-    #[schemars(extend("x-crewlet-inert" = "notifications are not batched yet"))]
     pub notification_coalesce_window_seconds: Option<f64>,
-    /// Most notifications merged into one batched task.
+    /// Most inbox tasks in one batch, and so in one merged task (default 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    #[schemars(extend("x-crewlet-inert" = "notifications are not batched yet"))]
     pub notification_coalesce_max_batch: Option<u32>,
     /// Company-wide connections to trackers, code hosts and wikis: webhook
     /// secrets and what the outbound clients need.

@@ -60,6 +60,26 @@ pub struct TaskRequest {
     /// How urgent the sender says it is; absent means `normal`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<TaskPriority>,
+    /// A task merged from several of one conversation (inbox coalescing):
+    /// every message it was made of, oldest first, in full (the learning
+    /// workers read each sender).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coalesced: Vec<CoalescedMessage>,
+}
+
+/// One message of a coalesced task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoalescedMessage {
+    /// The `task_created` event it arrived as.
+    pub event_id: uuid::Uuid,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub at: chrono::DateTime<chrono::Utc>,
 }
 
 /// The seat a task is for, as its `task_created` event names it.
@@ -89,6 +109,7 @@ impl TaskRequest {
             timeout_seconds: None,
             title: None,
             priority: None,
+            coalesced: Vec::new(),
         }
     }
 

@@ -384,9 +384,16 @@ impl Engine {
         let handler = Arc::new(InboxHandler {
             seat: seat.clone(),
             runtime: self.shared.runtime.clone(),
+            queue: self.shared.queue.clone(),
         });
-        // Prefetch 1: a seat runs one turn at a time, so it must not hoard
-        // inbox mail another engine could start.
+        // A seat runs one turn at a time: its member takes one batch (the
+        // tasks that waited, split by conversation) and no more, so it does
+        // not hoard mail another engine could start.
+        let company = &self.shared.company;
+        let batch = crate::coalesce::batch_options(
+            company.notification_coalesce_window_seconds,
+            company.notification_coalesce_max_batch,
+        );
         let sub = self
             .shared
             .queue
@@ -394,7 +401,9 @@ impl Engine {
                 &route.topic,
                 &route.group,
                 handler,
-                SubscribeOptions::default().with_prefetch(1),
+                SubscribeOptions::default()
+                    .with_prefetch(1)
+                    .with_batch(batch),
             )
             .await?;
         seat.set_state(SeatState::Idle);

@@ -86,10 +86,8 @@ impl EventQueue for MemoryQueue {
             handler,
             stop: stop.clone(),
             paused: self.node.pause_switch(topic, group),
-            prefetch: options
-                .prefetch
-                .unwrap_or(self.node.delivery.prefetch)
-                .max(1),
+            prefetch: options.member_prefetch(self.node.delivery.prefetch),
+            batch: options.batch,
         };
         let task = tokio::spawn(async move {
             let _guard = guard;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::{Broker, Mail};
+use crate::batch::{partition, run_batch_handler};
 use crate::node::{Node, Signal, Wake, run_handler, wait_while_paused};
-use crate::{Delivery, EventHandler};
+use crate::{BatchOptions, Delivery, EventHandler};
 
 /// A durable subscription: its mail waits here while no member is attached.
 pub(super) struct Group {
@@ -36,6 +37,18 @@ impl Group {
         let wake = {
             let mut q = self.queue.lock();
             q.ready.push_back(mail);
+            Self::take_waiter(&mut q)
+        };
+        if wake {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Pushes several messages at once: a member that wakes sees them all.
+    pub(super) fn push_all(&self, mails: Vec<Mail>) {
+        let wake = {
+            let mut q = self.queue.lock();
+            q.ready.extend(mails);
             Self::take_waiter(&mut q)
         };
         if wake {
@@ -87,6 +100,14 @@ impl Group {
             self.notify.notify_one();
         }
         true
+    }
+
+    /// Takes up to `max` more messages without waiting for any.
+    fn take_ready(&self, max: usize, into: &mut VecDeque<Mail>) {
+        let mut q = self.queue.lock();
+        let n = max.min(q.ready.len());
+        into.extend(q.ready.drain(..n));
+        q.in_flight += n;
     }
 
     fn stop_waiting(&self) {
@@ -151,11 +172,31 @@ pub(super) struct Member {
     pub(super) stop: Arc<Signal>,
     pub(super) paused: tokio::sync::watch::Receiver<bool>,
     pub(super) prefetch: usize,
+    pub(super) batch: Option<BatchOptions>,
+}
+
+/// Messages of one batch part in a handler: returned to the subscription if
+/// the member is cancelled before settling them.
+struct InFlightPart<'a> {
+    group: &'a Arc<Group>,
+    mails: Vec<Mail>,
+}
+
+impl Drop for InFlightPart<'_> {
+    fn drop(&mut self) {
+        if !self.mails.is_empty() {
+            self.group.give_back(self.mails.drain(..));
+        }
+    }
 }
 
 impl Member {
     pub(super) async fn run(mut self) {
-        let prefetch = self.prefetch;
+        // A batch member takes at most one batch at a time.
+        let prefetch = match &self.batch {
+            Some(b) => b.max_batch,
+            None => self.prefetch,
+        };
         let mut batch = Prefetched {
             group: self.group.clone(),
             mails: VecDeque::with_capacity(prefetch),
@@ -175,6 +216,12 @@ impl Member {
                         self.group.stop_waiting();
                         if r.is_err() { break; }
                     }
+                }
+                continue;
+            }
+            if let Some(options) = self.batch.clone() {
+                if self.drain_in_parts(&options, &mut batch).await {
+                    break;
                 }
                 continue;
             }
@@ -207,6 +254,91 @@ impl Member {
         if let Err(error) = result {
             self.nack(mail, error.to_string());
         }
+    }
+
+    /// A batch member's drain: what it took, plus what arrives within the
+    /// linger, up to `max_batch`, handled part by part. `true`: stop.
+    async fn drain_in_parts(&mut self, options: &BatchOptions, taken: &mut Prefetched) -> bool {
+        if !options.linger.is_zero() && taken.mails.len() < options.max_batch {
+            tokio::select! {
+                () = tokio::time::sleep(options.linger) => {}
+                () = self.stop.wait() => { taken.return_all(); return true; }
+                () = self.node.shutdown.wait() => { taken.return_all(); return true; }
+            }
+        }
+        let room = options.max_batch.saturating_sub(taken.mails.len());
+        self.group.take_ready(room, &mut taken.mails);
+        let mails: Vec<Mail> = taken.mails.drain(..).collect();
+        let mut parts =
+            std::collections::VecDeque::from(partition(mails, |m| Some(&*m.event), &options.key));
+        while let Some(part) = parts.pop_front() {
+            // The parts not started yet go back if the member is cancelled.
+            taken.mails = parts.iter().flatten().cloned().collect();
+            self.handle_part(part).await;
+            if self.stop.is_set() || self.node.shutdown.is_set() || *self.paused.borrow() {
+                taken.return_all();
+                return self.stop.is_set() || self.node.shutdown.is_set();
+            }
+        }
+        taken.mails.clear();
+        false
+    }
+
+    async fn handle_part(&self, part: Vec<Mail>) {
+        let mut in_flight = InFlightPart {
+            group: &self.group,
+            mails: part.clone(),
+        };
+        let deliveries = part
+            .iter()
+            .map(|mail| Delivery {
+                event: mail.event.clone(),
+                topic: self.group.topic.clone(),
+                group: self.group.name.clone(),
+                attempt: mail.attempt,
+                dead_letter: mail.dead_letter.clone(),
+            })
+            .collect();
+        let result = run_batch_handler(&*self.handler, deliveries).await;
+        in_flight.mails.clear();
+        drop(in_flight);
+        for _ in &part {
+            self.group.settle();
+        }
+        if let Err(error) = result {
+            self.nack_part(part, error.to_string());
+        }
+    }
+
+    /// A failed part comes back together after the delay (so it is drained
+    /// together again), except what reached the redelivery cap.
+    fn nack_part(&self, part: Vec<Mail>, error: String) {
+        let (topic, group) = (&*self.group.topic, &*self.group.name);
+        let mut again = Vec::with_capacity(part.len());
+        for mut mail in part {
+            if mail.attempt > self.node.delivery.max_redeliveries {
+                self.broker.dead_letter(mail, topic, group, error.clone());
+            } else {
+                mail.attempt += 1;
+                again.push(mail);
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        tracing::debug!(topic, group, messages = again.len(), %error, "batch part failed; redelivering it after the delay");
+        self.group.queue.lock().delayed += again.len();
+        let g = self.group.clone();
+        let delay = self.node.delivery.redelivery_delay;
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let n = again.len();
+            {
+                let mut q = g.queue.lock();
+                q.delayed = q.delayed.saturating_sub(n);
+            }
+            g.push_all(again);
+        });
     }
 
     fn nack(&self, mut mail: Mail, error: String) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_core::Event;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use pulsar::TokioExecutor;
 use pulsar::consumer::Message;
 use pulsar::producer::Message as OutMessage;
@@ -15,9 +15,10 @@ use super::{
     ATTEMPT_PROPERTY, DLQ_ATTEMPTS_PROPERTY, DLQ_ERROR_PROPERTY, DLQ_GROUP_PROPERTY,
     DLQ_TOPIC_PROPERTY, Inner, now_millis,
 };
+use crate::batch::{partition, run_batch_handler};
 use crate::node::{Signal, Wake, run_handler, wait_while_paused};
 use crate::topics;
-use crate::{DeadLetter, Delivery, EventHandler, QueueError};
+use crate::{BatchOptions, DeadLetter, Delivery, EventHandler, QueueError};
 
 type Consumer = pulsar::Consumer<Vec<u8>, TokioExecutor>;
 type Incoming = Message<Vec<u8>>;
@@ -81,6 +82,16 @@ pub(crate) struct Member {
     pub(crate) stop: Arc<Signal>,
     pub(crate) paused: watch::Receiver<bool>,
     pub(crate) prefetch: usize,
+    pub(crate) batch: Option<BatchOptions>,
+}
+
+/// A message of a batch: which consumer it came from, and its event.
+struct Taken {
+    msg: Incoming,
+    from_retry: bool,
+    attempt: u32,
+    dead_letter: Option<Arc<DeadLetter>>,
+    event: Arc<Event>,
 }
 
 /// Why a consuming session ended.
@@ -195,6 +206,12 @@ impl Member {
                 }
                 (None, _) => return End::Lost,
             };
+            if let Some(options) = self.batch.clone() {
+                if let Some(end) = self.drain_in_parts(&options, c, msg, from_retry).await {
+                    return end;
+                }
+                continue;
+            }
             let consumer = if from_retry {
                 &mut c.retry
             } else {
@@ -202,6 +219,122 @@ impl Member {
             };
             self.handle(consumer, msg).await;
         }
+    }
+
+    /// A batch member's drain: the first message, what is already waiting
+    /// and what arrives within the linger, up to `max_batch`, handled part by
+    /// part. Messages of parts not started when the member stops stay
+    /// unacknowledged: the broker redelivers them.
+    async fn drain_in_parts(
+        &self,
+        options: &BatchOptions,
+        c: &mut Consumers,
+        first: Incoming,
+        first_from_retry: bool,
+    ) -> Option<End> {
+        let mut raw = vec![(first, first_from_retry)];
+        let mut lost = false;
+        let deadline = tokio::time::Instant::now() + options.linger;
+        while raw.len() < options.max_batch {
+            let next = {
+                let both = async {
+                    tokio::select! {
+                        biased;
+                        m = c.retry.next() => (m, true),
+                        m = c.main.next() => (m, false),
+                    }
+                };
+                if options.linger.is_zero() || tokio::time::Instant::now() >= deadline {
+                    both.now_or_never()
+                } else {
+                    tokio::time::timeout_at(deadline, both).await.ok()
+                }
+            };
+            match next {
+                Some((Some(Ok(msg)), from_retry)) => raw.push((msg, from_retry)),
+                Some((Some(Err(error)), _)) => {
+                    tracing::warn!(topic = %self.topic, group = %self.group, %error, "consumer error");
+                    lost = true;
+                    break;
+                }
+                Some((None, _)) => {
+                    lost = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        let mut taken = Vec::with_capacity(raw.len());
+        for (msg, from_retry) in raw {
+            let props: HashMap<&str, &str> = msg
+                .payload
+                .metadata
+                .properties
+                .iter()
+                .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+                .collect();
+            let attempt = props
+                .get(ATTEMPT_PROPERTY)
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(1)
+                .max(1);
+            let dead_letter = dead_letter_of(&props);
+            match Event::from_json(&msg.payload.data) {
+                Ok(e) => taken.push(Taken {
+                    msg,
+                    from_retry,
+                    attempt,
+                    dead_letter,
+                    event: Arc::new(e),
+                }),
+                Err(error) => {
+                    tracing::error!(topic = %self.topic, group = %self.group, %error, "undecodable message");
+                    let consumer = if from_retry {
+                        &mut c.retry
+                    } else {
+                        &mut c.main
+                    };
+                    let error = format!("undecodable event: {error}");
+                    self.dead_letter(consumer, &msg, attempt, &error).await;
+                }
+            }
+        }
+        for part in partition(taken, |t| Some(&*t.event), &options.key) {
+            if let Some(end) = self.should_stop() {
+                return Some(end);
+            }
+            let deliveries = part
+                .iter()
+                .map(|t| Delivery {
+                    event: t.event.clone(),
+                    topic: self.topic.clone(),
+                    group: self.group.clone(),
+                    attempt: t.attempt,
+                    dead_letter: t.dead_letter.clone(),
+                })
+                .collect();
+            let result = run_batch_handler(&*self.handler, deliveries).await;
+            for t in &part {
+                let consumer = if t.from_retry {
+                    &mut c.retry
+                } else {
+                    &mut c.main
+                };
+                match &result {
+                    Ok(()) => self.ack(consumer, &t.msg).await,
+                    Err(error) => {
+                        let error = error.to_string();
+                        if t.attempt > self.inner.options.delivery.max_redeliveries {
+                            self.dead_letter(consumer, &t.msg, t.attempt, &error).await;
+                        } else {
+                            self.retry_later(consumer, &t.msg, &t.event, t.attempt, &error)
+                                .await;
+                        }
+                    }
+                }
+            }
+        }
+        lost.then_some(End::Lost)
     }
 
     async fn handle(&self, consumer: &mut Consumer, msg: Incoming) {

@@ -382,10 +382,7 @@ impl EventQueue for PulsarQueue {
         topics::validate_group(topic, group)?;
         let stop = Arc::new(Signal::default());
         let paused = self.inner.node.pause_switch(topic, group);
-        let prefetch = options
-            .prefetch
-            .unwrap_or(self.inner.options.delivery.prefetch)
-            .max(1);
+        let prefetch = options.member_prefetch(self.inner.options.delivery.prefetch);
         let consumers = if *paused.borrow() {
             None
         } else {
@@ -410,6 +407,7 @@ impl EventQueue for PulsarQueue {
             stop: stop.clone(),
             paused,
             prefetch,
+            batch: options.batch,
         };
         let task = tokio::spawn(async move {
             let _guard = guard;
