@@ -274,8 +274,20 @@ impl Run {
             }
             tasks_done += done.min(1);
             self.figures.duplicated += done.saturating_sub(1);
-            // The turn's record, by task id.
+            // The turn's record, by task id: a task merged into another
+            // (inbox batching: these deliveries are one Slack thread) ends
+            // with a `task_completed` naming it, whose turn holds the record.
             for task in tasks.iter().filter(|t| !t.is_empty()) {
+                let merged_into: Option<String> = self
+                    .direct
+                    .query_opt(
+                        "SELECT payload->>'merged_into' FROM crewlet_events WHERE task_id = $1 AND event_type = 'task_completed' AND payload ? 'merged_into' LIMIT 1",
+                        &[task],
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .and_then(|r| r.get::<_, Option<String>>(0));
+                let task = merged_into.as_ref().unwrap_or(task);
                 let types: Vec<String> = self
                     .direct
                     .query(

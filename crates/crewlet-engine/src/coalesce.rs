@@ -137,6 +137,53 @@ pub(crate) fn merge(handle: &str, part: &[Delivery]) -> Option<Merged> {
     })
 }
 
+/// The terminal event of an earlier message of a merged task, in that
+/// message's own trace: `task_completed` (or `task_failed`) like the merged
+/// task's, with `merged_into` naming the task that did the work.
+pub(crate) fn constituent_ended(message: &Event, outcome: &crewlet_turn::TurnOutcome) -> Event {
+    let task = message.task_id.clone().unwrap_or_default();
+    let handle = message.agent_handle().unwrap_or_default().to_owned();
+    let (kind, payload, verb) = match &outcome.failure {
+        None => (
+            EventType::TaskCompleted,
+            json!({
+                "turn_id": outcome.turn_id,
+                "decision": outcome.decision.as_str(),
+                "final_artifact": outcome.final_artifact,
+                "merged_into": outcome.task_id,
+            }),
+            "completed",
+        ),
+        Some(f) => (
+            EventType::TaskFailed,
+            json!({
+                "turn_id": outcome.turn_id,
+                "reason": f.reason.code(),
+                "detail": f.detail,
+                "will_retry": false,
+                "merged_into": outcome.task_id,
+            }),
+            "failed",
+        ),
+    };
+    let mut e = Event::new(kind, "engine")
+        .with_summary(format!(
+            "{handle} {verb} {task} (merged into {})",
+            outcome.task_id
+        ))
+        .with_agent_handle(handle)
+        .with_task(task)
+        .with_trace(
+            message
+                .trace()
+                .map_or_else(crewlet_core::TraceContext::new_root, |t| t.child()),
+        )
+        .with_payload(payload);
+    e.agent_id = message.agent_id.clone();
+    e.agent_role = message.agent_role.clone();
+    e
+}
+
 /// The digest a seat reads: the earlier messages oldest first (an earlier
 /// message byte-identical to a later one from the same sender collapses to
 /// a note: the later copy is shown), then the latest in full.

@@ -242,9 +242,23 @@ impl EventHandler for InboxHandler {
                     &merged.event,
                 )
                 .await;
-            self.handle(merged.delivery).await?;
+            let latest_task = merged.delivery.event.task_id.clone();
+            let outcome = self.run_task(merged.delivery).await?;
             for id in ids {
                 self.seat.handled.insert(id);
+            }
+            // Each earlier message's own trace ends too: its task is done
+            // (or failed) with the merged one.
+            if let Some(outcome) = outcome {
+                for d in &fresh {
+                    if d.event.task_id != latest_task {
+                        let ended = crate::coalesce::constituent_ended(&d.event, &outcome);
+                        let _ = self
+                            .queue
+                            .publish(&crewlet_queue::topics::events(&ended.event_type), &ended)
+                            .await;
+                    }
+                }
             }
             return Ok(());
         }
@@ -255,6 +269,17 @@ impl EventHandler for InboxHandler {
     }
 
     async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
+        self.run_task(delivery).await.map(|_| ())
+    }
+}
+
+impl InboxHandler {
+    /// Runs the task an inbox message carries: its outcome, or `None`
+    /// when no turn ran (a repeat, not a task, unreadable).
+    async fn run_task(
+        &self,
+        delivery: Delivery,
+    ) -> Result<Option<crewlet_turn::TurnOutcome>, HandlerError> {
         let event = &delivery.event;
         let handle = self.seat.seat.handle.as_str();
         if self.runtime.is_draining() {
@@ -262,17 +287,17 @@ impl EventHandler for InboxHandler {
         }
         if self.seat.handled.contains(&event.id) {
             debug!(agent = handle, event_id = %event.id, "inbox message already handled; acknowledging the repeat");
-            return Ok(());
+            return Ok(None);
         }
         if event.event_type != EventType::TaskCreated {
             debug!(agent = handle, event_type = %event.event_type, "inbox message is not a task; ignored");
-            return Ok(());
+            return Ok(None);
         }
         let request = match TaskRequest::from_event(event) {
             Ok(r) => r,
             Err(e) => {
                 warn!(agent = handle, event_id = %event.id, error = %e, "inbox task has an unreadable payload; dropped");
-                return Ok(());
+                return Ok(None);
             }
         };
         let trigger = crate::task::trigger(&request, event);
@@ -353,6 +378,6 @@ impl EventHandler for InboxHandler {
         }
         self.seat.handled.insert(event.id);
         debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");
-        Ok(())
+        Ok(Some(outcome))
     }
 }

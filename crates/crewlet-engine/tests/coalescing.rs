@@ -154,6 +154,20 @@ async fn ten_comments_make_one_turn(queue: Arc<dyn EventQueue>, window: f64) {
             .any(|e| e.payload["conversation_key"] == "github:acme/api:7")
     );
 
+    // Every comment's own task ended: the latest of each issue with its
+    // turn, each earlier one with a task_completed naming the merged task.
+    let done = events_of(&stores, EventType::TaskCompleted).await;
+    assert_eq!(done.len(), 12, "{done:#?}");
+    let merged_into: Vec<&Event> = done
+        .iter()
+        .filter(|e| e.payload.get("merged_into").is_some())
+        .collect();
+    assert_eq!(merged_into.len(), 10, "9 earlier comments on #7, 1 on #8");
+    let mut ids: Vec<&str> = done.iter().filter_map(|e| e.task_id.as_deref()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 12, "one end per comment");
+
     // The #7 turn saw all ten; no #8 remark reached it, nor the reverse.
     let seven = prompts_with(&llm, "comment number 1 on seven");
     assert!(!seven.is_empty(), "the #7 turn reached the model");

@@ -1,6 +1,7 @@
 //! Batch delivery: a member that takes what is waiting (plus an optional
-//! linger), splits it by a caller's key, and hands each part to
-//! [`EventHandler::handle_batch`] once. A part's messages are acknowledged
+//! linger, up to `max_drain`), splits it by a caller's key into parts of at
+//! most `max_batch`, and hands each part to [`EventHandler::handle_batch`]
+//! once. A part's messages are acknowledged
 //! together when its handler succeeds and negatively acknowledged one by one
 //! (each with its own attempt count) when it fails; other parts of the same
 //! drain are not touched. Nothing is acknowledged before its handler
@@ -27,18 +28,32 @@ pub struct BatchOptions {
     /// After the first message, wait this long for more (`0`: take only what
     /// is already waiting).
     pub linger: Duration,
-    /// Most messages in one drain (and so in one part).
+    /// Most messages in one part (a larger group of one key comes as
+    /// several parts, in order).
     pub max_batch: usize,
+    /// Most messages one drain takes: a backlog spread over many keys is
+    /// taken whole (up to this), so each key's messages meet in one part.
+    pub max_drain: usize,
     pub key: BatchKey,
 }
 
+/// Default of [`BatchOptions::max_drain`].
+pub const DEFAULT_MAX_DRAIN: usize = 1000;
+
 impl BatchOptions {
     pub fn new(linger: Duration, max_batch: usize, key: BatchKey) -> Self {
+        let max_batch = max_batch.max(1);
         Self {
             linger,
-            max_batch: max_batch.max(1),
+            max_batch,
+            max_drain: DEFAULT_MAX_DRAIN.max(max_batch),
             key,
         }
+    }
+
+    pub fn with_max_drain(mut self, max_drain: usize) -> Self {
+        self.max_drain = max_drain.max(1);
+        self
     }
 }
 
@@ -47,6 +62,7 @@ impl fmt::Debug for BatchOptions {
         f.debug_struct("BatchOptions")
             .field("linger", &self.linger)
             .field("max_batch", &self.max_batch)
+            .field("max_drain", &self.max_drain)
             .finish_non_exhaustive()
     }
 }
@@ -55,18 +71,20 @@ impl PartialEq for BatchOptions {
     fn eq(&self, other: &Self) -> bool {
         self.linger == other.linger
             && self.max_batch == other.max_batch
+            && self.max_drain == other.max_drain
             && Arc::ptr_eq(&self.key, &other.key)
     }
 }
 
 impl Eq for BatchOptions {}
 
-/// Splits `items` into parts by key, each part in arrival order, parts in
-/// the order of their first message.
+/// Splits `items` into parts by key, each part in arrival order and at
+/// most `max_part` long, parts in the order of their first message.
 pub(crate) fn partition<T>(
     items: Vec<T>,
     event: impl Fn(&T) -> Option<&Event>,
     key: &BatchKey,
+    max_part: usize,
 ) -> Vec<Vec<T>> {
     let mut parts: Vec<Vec<T>> = Vec::new();
     let mut by_key: HashMap<String, usize> = HashMap::new();
@@ -83,7 +101,19 @@ pub(crate) fn partition<T>(
             None => parts.push(vec![item]),
         }
     }
-    parts
+    let max_part = max_part.max(1);
+    let mut out = Vec::with_capacity(parts.len());
+    for part in parts {
+        if part.len() <= max_part {
+            out.push(part);
+            continue;
+        }
+        let mut rest = part.into_iter().peekable();
+        while rest.peek().is_some() {
+            out.push(rest.by_ref().take(max_part).collect());
+        }
+    }
+    out
 }
 
 /// Runs [`EventHandler::handle_batch`], a panic counting as an error.
@@ -121,7 +151,7 @@ mod tests {
             ev("b:2"),
             ev("a:3"),
         ];
-        let parts = partition(items, |e| Some(e), &key);
+        let parts = partition(items.clone(), |e| Some(e), &key, 20);
         let names: Vec<Vec<&str>> = parts
             .iter()
             .map(|p| p.iter().map(|e| e.summary.as_str()).collect())
@@ -130,6 +160,22 @@ mod tests {
             names,
             vec![
                 vec!["a:1", "a:2", "a:3"],
+                vec!["b:1", "b:2"],
+                vec!["solo:1"],
+                vec!["solo:2"],
+            ]
+        );
+        // Parts longer than the cap are cut, in order.
+        let parts = partition(items, |e| Some(e), &key, 2);
+        let names: Vec<Vec<&str>> = parts
+            .iter()
+            .map(|p| p.iter().map(|e| e.summary.as_str()).collect())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                vec!["a:1", "a:2"],
+                vec!["a:3"],
                 vec!["b:1", "b:2"],
                 vec!["solo:1"],
                 vec!["solo:2"],

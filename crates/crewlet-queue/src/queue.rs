@@ -53,7 +53,7 @@ pub struct SubscribeOptions {
     /// it cannot start); raise it where handlers are quick and traffic high.
     pub prefetch: Option<usize>,
     /// Deliver in batches split by key ([`EventHandler::handle_batch`]);
-    /// the member's prefetch is raised to at least `max_batch`.
+    /// the member's prefetch is raised to at least `max_drain`.
     pub batch: Option<crate::BatchOptions>,
 }
 
@@ -72,7 +72,7 @@ impl SubscribeOptions {
     pub(crate) fn member_prefetch(&self, default: usize) -> usize {
         let prefetch = self.prefetch.unwrap_or(default).max(1);
         match &self.batch {
-            Some(b) => prefetch.max(b.max_batch),
+            Some(b) => prefetch.max(b.max_drain),
             None => prefetch,
         }
     }

@@ -55,6 +55,8 @@ benches! {
     Memory => memory,
     /// Dashboard: page weight, /stream/snapshot p50/p99 at 1,000 seats, WS fan-out lag to 50 clients at 10,000 events/s, time to first render of Mission control (1,000 seats, 1,000,000 stored events) in Chromium.
     Dashboard => dashboard,
+    /// Inbox batching: 1,000 comments over 50 conversations into one busy seat: turns per conversation, time to drain, memory.
+    Inbox => inbox,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

@@ -194,7 +194,7 @@ impl Member {
     pub(super) async fn run(mut self) {
         // A batch member takes at most one batch at a time.
         let prefetch = match &self.batch {
-            Some(b) => b.max_batch,
+            Some(b) => b.max_drain,
             None => self.prefetch,
         };
         let mut batch = Prefetched {
@@ -257,20 +257,25 @@ impl Member {
     }
 
     /// A batch member's drain: what it took, plus what arrives within the
-    /// linger, up to `max_batch`, handled part by part. `true`: stop.
+    /// linger, up to `max_drain`, handled part by part (each at most
+    /// `max_batch`). `true`: stop.
     async fn drain_in_parts(&mut self, options: &BatchOptions, taken: &mut Prefetched) -> bool {
-        if !options.linger.is_zero() && taken.mails.len() < options.max_batch {
+        if !options.linger.is_zero() && taken.mails.len() < options.max_drain {
             tokio::select! {
                 () = tokio::time::sleep(options.linger) => {}
                 () = self.stop.wait() => { taken.return_all(); return true; }
                 () = self.node.shutdown.wait() => { taken.return_all(); return true; }
             }
         }
-        let room = options.max_batch.saturating_sub(taken.mails.len());
+        let room = options.max_drain.saturating_sub(taken.mails.len());
         self.group.take_ready(room, &mut taken.mails);
         let mails: Vec<Mail> = taken.mails.drain(..).collect();
-        let mut parts =
-            std::collections::VecDeque::from(partition(mails, |m| Some(&*m.event), &options.key));
+        let mut parts = std::collections::VecDeque::from(partition(
+            mails,
+            |m| Some(&*m.event),
+            &options.key,
+            options.max_batch,
+        ));
         while let Some(part) = parts.pop_front() {
             // The parts not started yet go back if the member is cancelled.
             taken.mails = parts.iter().flatten().cloned().collect();

@@ -222,7 +222,7 @@ impl Member {
     }
 
     /// A batch member's drain: the first message, what is already waiting
-    /// and what arrives within the linger, up to `max_batch`, handled part by
+    /// and what arrives within the linger, up to `max_drain`, handled part by
     /// part. Messages of parts not started when the member stops stay
     /// unacknowledged: the broker redelivers them.
     async fn drain_in_parts(
@@ -235,7 +235,7 @@ impl Member {
         let mut raw = vec![(first, first_from_retry)];
         let mut lost = false;
         let deadline = tokio::time::Instant::now() + options.linger;
-        while raw.len() < options.max_batch {
+        while raw.len() < options.max_drain {
             let next = {
                 let both = async {
                     tokio::select! {
@@ -299,7 +299,7 @@ impl Member {
                 }
             }
         }
-        for part in partition(taken, |t| Some(&*t.event), &options.key) {
+        for part in partition(taken, |t| Some(&*t.event), &options.key, options.max_batch) {
             if let Some(end) = self.should_stop() {
                 return Some(end);
             }
