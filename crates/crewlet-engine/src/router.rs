@@ -55,6 +55,7 @@ use uuid::Uuid;
 
 mod identity;
 mod records;
+mod valve;
 
 use identity::{UnitOwns, identities, same, seat_owns, unit_owns, units_preorder};
 pub use records::{ExternalNotification, NotificationSkipped};
@@ -118,6 +119,8 @@ pub struct NotificationRouter {
     /// Set when the engine stops: a claim held for an unavailable store
     /// gives its message back to the queue.
     stopping: AtomicBool,
+    /// `notification_rate_limit`, when set.
+    valve: Option<valve::RateValve>,
 }
 
 /// The words a seat reads for a notification.
@@ -161,6 +164,7 @@ impl NotificationRouter {
             handled: RecentIds::new(8192),
             unpublished: Mutex::new(HashSet::new()),
             stopping: AtomicBool::new(false),
+            valve: valve::RateValve::new(company.notification_rate_limit),
         }
     }
 
@@ -396,7 +400,14 @@ impl NotificationRouter {
         };
         let routed = claim
             .publish(async {
-                let routing = self.resolve(&raw).await;
+                let mut routing = self.resolve(&raw).await;
+                if let Routing::Seat { handle, .. } = &routing
+                    && let Some(valve) = &self.valve
+                    && let Err(reason) = valve.admit(handle)
+                {
+                    warn!(seat = %handle, dropped = valve.dropped(), "notification dropped by notification_rate_limit");
+                    routing = Routing::Skip { reason };
+                }
                 let outcome = match &routing {
                     Routing::Skip { reason } => {
                         info!(source = %raw.source, kind = %raw.notification.kind, %reason, "notification skipped");

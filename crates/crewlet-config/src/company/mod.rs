@@ -80,9 +80,11 @@ pub struct Company {
     /// agent seat with an `mcp_env.<name>` entry (its own or its unit's).
     #[serde(default)]
     pub mcp_servers: Vec<McpServer>,
-    /// Notifications a seat may receive per minute; 0 = no limit.
+    /// A safety valve against webhook storms and notification loops: at
+    /// most this many notifications per seat per second reach its inbox
+    /// (counted by each engine process); the rest are skipped and counted.
+    /// 0 or unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "notifications are not rate-limited yet"))]
     pub notification_rate_limit: Option<u64>,
     /// Seconds a seat's inbox lingers after the first waiting task to take
     /// more of the burst into the same batch (0: no added latency; what

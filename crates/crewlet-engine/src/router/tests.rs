@@ -357,3 +357,45 @@ async fn thread_followers_and_own_messages() {
     w.notification.sender = Some("UENG".into());
     assert_eq!(seat(r.resolve(&w).await).1, "skip");
 }
+
+#[tokio::test]
+async fn notifications_over_the_rate_limit_are_skipped_with_the_count() {
+    let company = Company::from_yaml(
+        "t",
+        &format!("{COMPANY}notification_rate_limit: 1\n{}", crate::TEST_LLM),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let org = Arc::new(company.organization());
+    let mut r = NotificationRouter::new(
+        &company,
+        org,
+        Arc::new(MemoryQueue::standalone()),
+        Arc::new(MemoryThreadFollows::new()),
+        Arc::new(MemoryWebhookDeliveries::new()),
+    );
+    // A clock that stands still: every notification falls in one second.
+    r.valve = r.valve.map(|v| v.with_clock(Arc::new(|| 7)));
+    let mut routed = Vec::new();
+    for i in 0..3 {
+        let mut w = raw(Source::Github, "acme/app", Some("eng"));
+        w.notification.delivery_key = format!("storm-{i}");
+        routed.push(
+            r.route(&raw_event(&w))
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+    }
+    assert!(
+        matches!(routed[0], Some(Routing::Seat { .. })),
+        "{routed:?}"
+    );
+    for (n, skipped) in routed[1..].iter().enumerate() {
+        match skipped {
+            Some(Routing::Skip { reason }) => assert!(
+                reason.contains("rate limited") && reason.contains(&format!("{} dropped", n + 1)),
+                "{reason}"
+            ),
+            other => panic!("expected a skip, got {other:?}"),
+        }
+    }
+}
