@@ -27,6 +27,7 @@ mod auth;
 mod company;
 mod engine_view;
 mod error;
+mod gzip;
 pub mod live;
 mod local_token;
 pub mod openapi;

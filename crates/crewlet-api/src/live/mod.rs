@@ -154,14 +154,7 @@ impl LiveHub {
         if let (Some(handle), Some(org)) = (changed, org)
             && let Some(seat) = inner.projection.seat(org, &handle)
         {
-            inner.seq += 1;
-            let frame = Arc::new(Frame {
-                seq: inner.seq,
-                event_id: None,
-                topic: None,
-                json: json!({"kind": "seat", "data": seat}).to_string(),
-            });
-            let _ = self.tx.send(frame);
+            self.send_state(&mut inner, json!({"kind": "seat", "data": seat}));
         }
     }
 
@@ -180,6 +173,18 @@ impl LiveHub {
         })
     }
 
+    /// Sends a frame that is not an event (`seat`, `budget`), numbered
+    /// under the lock that changed the state it carries.
+    fn send_state(&self, inner: &mut Inner, frame: Value) {
+        inner.seq += 1;
+        let _ = self.tx.send(Arc::new(Frame {
+            seq: inner.seq,
+            event_id: None,
+            topic: None,
+            json: frame.to_string(),
+        }));
+    }
+
     /// Takes a new reading of the ledger: a seat frame for each seat whose
     /// budget moved, and a `budget` frame (the org budget and any new
     /// `budget_near` items) when the org budget moved or a cap crossed 80%.
@@ -189,14 +194,7 @@ impl LiveHub {
         if let Some(org) = org {
             for handle in &change.seats {
                 if let Some(seat) = inner.projection.seat(org, handle) {
-                    inner.seq += 1;
-                    let frame = Arc::new(Frame {
-                        seq: inner.seq,
-                        event_id: None,
-                        topic: None,
-                        json: json!({"kind": "seat", "data": seat}).to_string(),
-                    });
-                    let _ = self.tx.send(frame);
+                    self.send_state(&mut inner, json!({"kind": "seat", "data": seat}));
                 }
             }
         }
@@ -209,14 +207,7 @@ impl LiveHub {
                 .collect();
             let mut data = inner.projection.budgets().org_json();
             data["attention"] = json!(raised);
-            inner.seq += 1;
-            let frame = Arc::new(Frame {
-                seq: inner.seq,
-                event_id: None,
-                topic: None,
-                json: json!({"kind": "budget", "data": data}).to_string(),
-            });
-            let _ = self.tx.send(frame);
+            self.send_state(&mut inner, json!({"kind": "budget", "data": data}));
         }
     }
 

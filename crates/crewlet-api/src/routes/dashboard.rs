@@ -42,14 +42,6 @@ fn content_type(name: &str) -> &'static str {
     }
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    // Writing to a Vec cannot fail.
-    let _ = enc.write_all(bytes);
-    enc.finish().unwrap_or_default()
-}
-
 /// Every embedded file by name, prepared once.
 fn assets() -> &'static [(&'static str, Asset)] {
     static CELL: OnceLock<Vec<(&'static str, Asset)>> = OnceLock::new();
@@ -63,7 +55,7 @@ fn assets() -> &'static [(&'static str, Asset)] {
                     name,
                     Asset {
                         bytes,
-                        gzip: gzip(bytes),
+                        gzip: crate::gzip::compress(bytes, flate2::Compression::best()),
                         etag: format!("\"{}\"", hex::encode(&Sha256::digest(bytes)[..16])),
                         content_type: content_type(name),
                     },
@@ -119,11 +111,7 @@ fn serve(asset: &'static Asset, headers: &HeaderMap) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static(asset.content_type),
     ));
-    let gzip_ok = headers
-        .get(header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
-    let mut r = if gzip_ok && asset.gzip.len() < asset.bytes.len() {
+    let mut r = if crate::gzip::accepted(headers) && asset.gzip.len() < asset.bytes.len() {
         common.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
         asset.gzip.clone().into_response()
     } else {

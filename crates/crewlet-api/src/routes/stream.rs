@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::request::Parts;
@@ -62,10 +61,6 @@ pub async fn snapshot(
     let snap = state.inner().live.snapshot(org.as_deref(), health(&state));
     // At 1,000 seats the document is ~500 KB of JSON and compresses ~15x:
     // gzip it when the client takes gzip (a page's first paint waits on it).
-    let gzip_ok = headers
-        .get(axum::http::header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
     let body = match serde_json::to_vec(&snap) {
         Ok(b) => b,
         Err(e) => {
@@ -77,29 +72,23 @@ pub async fn snapshot(
             .into_response();
         }
     };
-    if !gzip_ok || body.len() < GZIP_FROM {
-        return Json(snap).into_response();
-    }
-    let gz = {
-        use std::io::Write as _;
-        let mut enc = flate2::write::GzEncoder::new(
-            Vec::with_capacity(body.len() / 8),
-            flate2::Compression::fast(),
-        );
-        // Writing to a Vec cannot fail.
-        let _ = enc.write_all(&body);
-        enc.finish().unwrap_or_default()
+    use axum::http::{HeaderValue, header};
+    let json = (
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    // Serialized once: sent as it is, or compressed.
+    let gz = if crate::gzip::accepted(&headers) && body.len() >= GZIP_FROM {
+        crate::gzip::compress(&body, flate2::Compression::fast())
+    } else {
+        Vec::new()
     };
     if gz.is_empty() {
-        return Json(snap).into_response();
+        return ([json], body).into_response();
     }
-    use axum::http::{HeaderValue, header};
     (
         [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
+            json,
             (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
             (header::VARY, HeaderValue::from_static("accept-encoding")),
         ],

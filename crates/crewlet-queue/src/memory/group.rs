@@ -252,7 +252,7 @@ impl Member {
         drop(in_flight);
         self.group.settle();
         if let Err(error) = result {
-            self.nack(mail, error.to_string());
+            self.nack_part(vec![mail], error.to_string());
         }
     }
 
@@ -315,8 +315,9 @@ impl Member {
         }
     }
 
-    /// A failed part comes back together after the delay (so it is drained
-    /// together again), except what reached the redelivery cap.
+    /// Failed mail (one message, or a batch part) comes back together after
+    /// the delay (a part is drained together again), except what reached
+    /// the redelivery cap, which is dead-lettered.
     fn nack_part(&self, part: Vec<Mail>, error: String) {
         let (topic, group) = (&*self.group.topic, &*self.group.name);
         let mut again = Vec::with_capacity(part.len());
@@ -331,7 +332,7 @@ impl Member {
         if again.is_empty() {
             return;
         }
-        tracing::debug!(topic, group, messages = again.len(), %error, "batch part failed; redelivering it after the delay");
+        tracing::debug!(topic, group, messages = again.len(), %error, "handler failed; redelivering after the delay");
         self.group.queue.lock().delayed += again.len();
         let g = self.group.clone();
         let delay = self.node.delivery.redelivery_delay;
@@ -343,27 +344,6 @@ impl Member {
                 q.delayed = q.delayed.saturating_sub(n);
             }
             g.push_all(again);
-        });
-    }
-
-    fn nack(&self, mut mail: Mail, error: String) {
-        let (topic, group) = (&*self.group.topic, &*self.group.name);
-        if mail.attempt > self.node.delivery.max_redeliveries {
-            self.broker.dead_letter(mail, topic, group, error);
-            return;
-        }
-        tracing::debug!(topic, group, event_id = %mail.event.id, attempt = mail.attempt, %error, "handler failed; redelivering after the delay");
-        mail.attempt += 1;
-        self.group.queue.lock().delayed += 1;
-        let g = self.group.clone();
-        let delay = self.node.delivery.redelivery_delay;
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            {
-                let mut q = g.queue.lock();
-                q.delayed = q.delayed.saturating_sub(1);
-            }
-            g.push(mail);
         });
     }
 }

@@ -266,19 +266,7 @@ impl Member {
         }
         let mut taken = Vec::with_capacity(raw.len());
         for (msg, from_retry) in raw {
-            let props: HashMap<&str, &str> = msg
-                .payload
-                .metadata
-                .properties
-                .iter()
-                .map(|kv| (kv.key.as_str(), kv.value.as_str()))
-                .collect();
-            let attempt = props
-                .get(ATTEMPT_PROPERTY)
-                .and_then(|v| v.parse::<u32>().ok())
-                .unwrap_or(1)
-                .max(1);
-            let dead_letter = dead_letter_of(&props);
+            let (attempt, dead_letter) = delivery_props(&msg);
             match Event::from_json(&msg.payload.data) {
                 Ok(e) => taken.push(Taken {
                     msg,
@@ -323,13 +311,8 @@ impl Member {
                 match &result {
                     Ok(()) => self.ack(consumer, &t.msg).await,
                     Err(error) => {
-                        let error = error.to_string();
-                        if t.attempt > self.inner.options.delivery.max_redeliveries {
-                            self.dead_letter(consumer, &t.msg, t.attempt, &error).await;
-                        } else {
-                            self.retry_later(consumer, &t.msg, &t.event, t.attempt, &error)
-                                .await;
-                        }
+                        self.failed(consumer, &t.msg, &t.event, t.attempt, &error.to_string())
+                            .await;
                     }
                 }
             }
@@ -338,19 +321,7 @@ impl Member {
     }
 
     async fn handle(&self, consumer: &mut Consumer, msg: Incoming) {
-        let props: HashMap<&str, &str> = msg
-            .payload
-            .metadata
-            .properties
-            .iter()
-            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
-            .collect();
-        let attempt = props
-            .get(ATTEMPT_PROPERTY)
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(1)
-            .max(1);
-        let dead_letter = dead_letter_of(&props);
+        let (attempt, dead_letter) = delivery_props(&msg);
         let event = match Event::from_json(&msg.payload.data) {
             Ok(e) => Arc::new(e),
             Err(error) => {
@@ -371,14 +342,26 @@ impl Member {
         match run_handler(&*self.handler, delivery).await {
             Ok(()) => self.ack(consumer, &msg).await,
             Err(error) => {
-                let error = error.to_string();
-                if attempt > self.inner.options.delivery.max_redeliveries {
-                    self.dead_letter(consumer, &msg, attempt, &error).await;
-                } else {
-                    self.retry_later(consumer, &msg, &event, attempt, &error)
-                        .await;
-                }
+                self.failed(consumer, &msg, &event, attempt, &error.to_string())
+                    .await;
             }
+        }
+    }
+
+    /// A handler failed on `msg`: redelivered later, or dead-lettered at
+    /// the cap.
+    async fn failed(
+        &self,
+        consumer: &mut Consumer,
+        msg: &Incoming,
+        event: &Event,
+        attempt: u32,
+        error: &str,
+    ) {
+        if attempt > self.inner.options.delivery.max_redeliveries {
+            self.dead_letter(consumer, msg, attempt, error).await;
+        } else {
+            self.retry_later(consumer, msg, event, attempt, error).await;
         }
     }
 
@@ -449,6 +432,24 @@ impl Member {
             }
         }
     }
+}
+
+/// A message's attempt number (1 when unset) and, on a dead-letter topic,
+/// where it came from.
+fn delivery_props(msg: &Incoming) -> (u32, Option<Arc<DeadLetter>>) {
+    let props: HashMap<&str, &str> = msg
+        .payload
+        .metadata
+        .properties
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    let attempt = props
+        .get(ATTEMPT_PROPERTY)
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    (attempt, dead_letter_of(&props))
 }
 
 /// The same payload and properties, to republish elsewhere.
