@@ -49,6 +49,9 @@ pub use company::{
 pub use company::{
     DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_PROVIDER, LOCAL_EMBEDDING_DIMENSIONS, later,
 };
+pub use company::{
+    MattermostIntegration, MattermostProvisioning, MattermostSeat, StatusPhrases, WorkingStatus,
+};
 pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;
 pub use error::{ConfigError, Problem};

@@ -836,9 +836,6 @@ learning:
     scheduler_enabled: true
   skill_curator:
     enabled: true
-integrations:
-  mattermost:
-    enabled: true
 roles:
   - name: A
     sandbox:
@@ -869,12 +866,7 @@ roles:
                 "learning.skill_curator",
                 "has no effect yet: the skill curator is not built yet",
             ),
-            (
-                20,
-                "integrations.mattermost",
-                "has no effect yet: Mattermost is not supported yet",
-            ),
-            (24, "roles[0].sandbox", sandbox),
+            (21, "roles[0].sandbox", sandbox),
         ],
     );
     // Warnings are not errors.
@@ -1492,4 +1484,32 @@ units:
 ";
     let (_, org) = valid(&with_header(body));
     assert_eq!(lead(&org, "Eng").0.as_deref(), Some("team-lead"));
+}
+
+#[test]
+fn an_enabled_mattermost_needs_its_server_and_team() {
+    let text = "\
+name: X
+integrations:
+  mattermost:
+    enabled: true
+    url: chat.example.com
+roles:
+  - name: A
+";
+    assert_problems(
+        text,
+        &[
+            (
+                4,
+                "integrations.mattermost.team",
+                "Mattermost is enabled: set the team name the seats' bots belong to",
+            ),
+            (
+                5,
+                "integrations.mattermost.url",
+                "`chat.example.com` must start with http:// or https://",
+            ),
+        ],
+    );
 }

@@ -50,6 +50,9 @@ fn key_of(r: &TaskRequest) -> Option<String> {
         return None;
     }
     let channel = r.channel.as_deref().filter(|c| !c.is_empty())?;
+    if r.direct {
+        return Some(format!("{}:{channel}", r.source));
+    }
     let thread = r.thread.as_deref().filter(|t| !t.is_empty())?;
     Some(format!("{}:{channel}:{thread}", r.source))
 }

@@ -38,6 +38,7 @@ mod inbox;
 mod learning;
 mod llm;
 pub mod maintenance;
+mod mattermost;
 mod recent;
 mod router;
 pub mod run;
@@ -46,6 +47,7 @@ mod seat;
 mod sink;
 mod task;
 mod tools;
+mod working;
 
 pub use company::{
     SIBLING_COMPANY_FILE, active_company, company_of, import_company, local_author,

@@ -123,25 +123,6 @@ pub struct NotificationRouter {
     valve: Option<valve::RateValve>,
 }
 
-/// The words a seat reads for a notification.
-fn task_text(n: &Notification) -> String {
-    let mut head = format!("{} {} in {}", n.source, n.kind, n.channel_or_project);
-    if let Some(thread) = &n.thread {
-        head.push_str(&format!(" (thread {thread})"));
-    }
-    if let Some(sender) = &n.sender {
-        head.push_str(&format!(" from {sender}"));
-    }
-    let mut out = head;
-    if let Some(title) = n.title.as_deref().filter(|t| !t.trim().is_empty()) {
-        out.push_str(&format!("\nTitle: {title}"));
-    }
-    if !n.text.trim().is_empty() {
-        out.push_str(&format!("\n\n{}", n.text.trim()));
-    }
-    out
-}
-
 impl NotificationRouter {
     pub fn new(
         company: &Company,
@@ -452,12 +433,22 @@ impl NotificationRouter {
         };
         let n = &raw.notification;
         let task_id = derived_task_id(&format!("{}:{}", event.id, handle));
-        let mut request = TaskRequest::new(handle, n.source.as_str(), task_text(n));
+        let text = crewlet_integrations::webhook::prompt::render(n, &raw.body);
+        let mut request = TaskRequest::new(handle, n.source.as_str(), text);
         request.sender = n.sender.clone();
         request.channel = Some(n.channel_or_project.clone());
         request.thread = n.thread.clone();
         request.url = n.url.clone();
-        request.reason = Some(rule.as_str().to_owned());
+        // A seat socket says why the post reached the seat (dm, mention, ...).
+        request.reason = Some(
+            raw.body
+                .get("addressed")
+                .and_then(serde_json::Value::as_str)
+                .filter(|_| raw.source == Source::Mattermost)
+                .unwrap_or(rule.as_str())
+                .to_owned(),
+        );
+        request.direct = n.direct;
         // The routing span this runs in (exported), so the seat's turn nests
         // under it; without a subscriber, ids of the same shape.
         let router_span = crewlet_telemetry::current_trace_context()

@@ -132,6 +132,8 @@ pub(crate) struct TurnRuntime {
     turn_ended: Notify,
     /// Reflects on each finished turn, when learning is on.
     learning: Option<Arc<Learning>>,
+    /// Chat backends that show a seat at work while its turn runs.
+    statuses: Vec<Arc<dyn crate::working::WorkingStatus>>,
 }
 
 impl TurnRuntime {
@@ -150,7 +152,14 @@ impl TurnRuntime {
             drain_started: Notify::new(),
             running: AtomicUsize::new(0),
             turn_ended: Notify::new(),
+            statuses: Vec::new(),
         }
+    }
+
+    /// Shows each turn's working status on these chat backends.
+    pub fn with_statuses(mut self, statuses: Vec<Arc<dyn crate::working::WorkingStatus>>) -> Self {
+        self.statuses = statuses;
+        self
     }
 
     pub fn is_draining(&self) -> bool {
@@ -350,12 +359,19 @@ impl InboxHandler {
         // The inbox message's span: the turn engine's own `turn` span (with
         // the token and duration fields) nests under it, continuing the trace.
         let span = crewlet_telemetry::span_from_event("inbox", event);
+        let working: Vec<_> = self
+            .runtime
+            .statuses
+            .iter()
+            .filter_map(|s| s.begin(handle, &request))
+            .collect();
         let outcome = self
             .runtime
             .turns
             .run_turn(&self.seat.profile, &trigger)
             .instrument(span)
             .await;
+        drop(working);
         drop(permit);
         drop(running);
         if outcome.should_retry() {

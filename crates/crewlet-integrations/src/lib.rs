@@ -15,6 +15,8 @@
 //!   claims if the publish fails: the one dedupe policy of the API and the
 //!   router, over a small [`ClaimStore`](webhook::dedupe::ClaimStore)
 //!   trait they adapt `crewlet-store`'s `WebhookDeliveries` to.
+//! - [`mattermost`]: the Mattermost REST client and the per-seat websocket
+//!   (reconnect, backoff, gap backfill) that turns posts into notifications.
 //! - [`mcp`]: a Model Context Protocol client over stdio and streamable HTTP,
 //!   and [`McpHub`], which starts the shared and per-role servers of a company.
 //!
@@ -29,6 +31,7 @@
 //! ([`WebhookSource::secret_fields`]) and a test asserts telemetry's
 //! redaction list covers them.
 
+pub mod mattermost;
 pub mod mcp;
 pub mod webhook;
 

@@ -13,6 +13,10 @@
 //!
 //! [`e2e`] (feature `e2e`) holds what end-to-end tests share: signed Slack and
 //! GitHub webhook requests, `free_port`, `temp_dir`, HTTP `get` and `post`.
+//!
+//! [`mattermost`] (feature `mattermost`) is a fake Mattermost server on
+//! 127.0.0.1 (REST API v4 and websocket) with faults: dropped sockets,
+//! refused upgrades, a stopped and restarted server.
 
 #[cfg(feature = "fake-llm")]
 pub mod fake_llm;
@@ -29,3 +33,6 @@ pub mod otlp_receiver;
 
 #[cfg(feature = "e2e")]
 pub mod e2e;
+
+#[cfg(feature = "mattermost")]
+pub mod mattermost;

@@ -31,7 +31,6 @@ pub struct Integrations {
     pub slack: Option<SlackIntegration>,
     /// Mattermost chat: server, team, bot provisioning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "Mattermost is not supported yet"))]
     pub mattermost: Option<MattermostIntegration>,
     /// The Atlassian Forge app whose signed events `/webhooks/forge` accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -281,17 +280,17 @@ pub struct StatusPhrases {
     pub default: Vec<String>,
 }
 
-/// Mattermost (accepted, not connected yet).
+/// Mattermost: the engine holds one websocket per seat bot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MattermostIntegration {
     /// Turns Mattermost on.
     #[serde(default)]
     pub enabled: bool,
-    /// Server URL.
+    /// Server URL (`${VAR}` allowed).
     #[serde(default)]
     pub url: String,
-    /// Team name.
+    /// Team name (the URL slug).
     #[serde(default)]
     pub team: String,
     /// When a seat shows it is working.
@@ -397,7 +396,6 @@ pub struct RoleIntegrations {
     pub confluence: Option<WikiSeat>,
     /// The seat's Mattermost bot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "Mattermost is not supported yet"))]
     pub mattermost: Option<MattermostSeat>,
 }
 
@@ -426,11 +424,12 @@ pub struct SlackSeat {
     pub channel: Option<String>,
 }
 
-/// A seat's Mattermost bot (accepted, not connected yet).
+/// A seat's Mattermost bot: it reads and posts as this account.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MattermostSeat {
-    /// The bot's token.
+    /// The bot's personal access token, as a whole `${VAR}` so that
+    /// `crewlet mattermost provision` knows where to write it.
     #[serde(default)]
     pub bot_token: String,
     /// The bot's username; empty: the handle.

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 
 pub use integrations::{
     ConfluenceIntegration, GithubIntegration, GitlabIntegration, Integrations, JiraIntegration,
-    PlaneIntegration, ProjectIdentity, RoleIntegrations, SeatAccount, SlackIntegration, SlackSeat,
-    SpaceIdentity, TrackerSeat, UnitIntegrations, WikiSeat,
+    MattermostIntegration, MattermostProvisioning, MattermostSeat, PlaneIntegration,
+    ProjectIdentity, RoleIntegrations, SeatAccount, SlackIntegration, SlackSeat, SpaceIdentity,
+    StatusPhrases, TrackerSeat, UnitIntegrations, WikiSeat, WorkingStatus,
 };
 pub use learning::Learning;
 pub use llm::{

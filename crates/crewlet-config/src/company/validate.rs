@@ -145,6 +145,7 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let mut out = Vec::new();
     providers(company, &mut out);
     mcp_servers(company, &mut out);
+    mattermost(company, &mut out);
     super::rules::company_rules(company, &mut out);
     // Once, not once per seat: a big company with many providers stays linear.
     let llm_providers = company.llm_providers();
@@ -323,6 +324,28 @@ fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
         out.push(Finding::new(
             at.clone(),
             format!("`{url}` must start with http:// or https://"),
+        ));
+    }
+}
+
+/// An enabled Mattermost needs its server and team.
+fn mattermost(company: &Company, out: &mut Vec<Finding>) {
+    let Some(mm) = company.integrations.mattermost.as_ref().filter(|m| m.enabled) else {
+        return;
+    };
+    let at = YamlPath::root().key("integrations").key("mattermost");
+    if mm.url.trim().is_empty() {
+        out.push(Finding::new(
+            at.key("url"),
+            "Mattermost is enabled: set the server url (https://chat.example.com)",
+        ));
+    } else {
+        check_url(Some(&mm.url), &at.key("url"), out);
+    }
+    if mm.team.trim().is_empty() {
+        out.push(Finding::new(
+            at.key("team"),
+            "Mattermost is enabled: set the team name the seats' bots belong to",
         ));
     }
 }

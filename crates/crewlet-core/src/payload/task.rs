@@ -48,6 +48,10 @@ pub struct TaskRequest {
     pub thread: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Said in a direct message channel: the whole channel is one
+    /// conversation (for coalescing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
     /// The routing rule or schedule that chose the seat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -105,6 +109,7 @@ impl TaskRequest {
             channel: None,
             thread: None,
             url: None,
+            direct: false,
             reason: None,
             timeout_seconds: None,
             title: None,

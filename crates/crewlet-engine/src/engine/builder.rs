@@ -178,7 +178,13 @@ impl EngineBuilder {
         )
         .await;
         let notes = base.as_ref().map(|b| b.memory.profiles.clone());
+        let mattermost = crate::mattermost::Mattermost::from_company(&company, &org, &options.env);
         let tools = start_tools(&company, &org, &options, notes).await;
+        if let Some(mm) = &mattermost {
+            for (tool, visibility) in crate::mattermost::tools(mm, self.stores.follows.clone()) {
+                tools.catalog.add_builtin(tool, visibility);
+            }
+        }
         let SeatRuntimes { seats, order } = seat_runtimes(&company, &org);
         let sink: Arc<dyn crewlet_turn::EventSink> = Arc::new(QueueEventSink::new(
             self.queue.clone(),
@@ -202,12 +208,21 @@ impl EngineBuilder {
         let memory = base.map(|b| b.memory);
         let max_turns =
             usize::try_from(company.turn_engine.max_concurrent_turns).unwrap_or(usize::MAX);
-        let runtime = Arc::new(TurnRuntime::new(
-            Arc::new(turns),
-            self.stores.clone(),
-            max_turns,
-            learning.clone(),
-        ));
+        let statuses: Vec<Arc<dyn crate::working::WorkingStatus>> = mattermost
+            .as_ref()
+            .and_then(crate::mattermost::Typing::new)
+            .map(|t| Arc::new(t) as Arc<dyn crate::working::WorkingStatus>)
+            .into_iter()
+            .collect();
+        let runtime = Arc::new(
+            TurnRuntime::new(
+                Arc::new(turns),
+                self.stores.clone(),
+                max_turns,
+                learning.clone(),
+            )
+            .with_statuses(statuses),
+        );
         let shared = Arc::new(Shared {
             company,
             org,
@@ -223,6 +238,8 @@ impl EngineBuilder {
             learning,
             memory,
             router: Mutex::new(None),
+            mattermost,
+            fleet: tokio::sync::Mutex::new(None),
             scheduler: Mutex::new(None),
             subscriptions: Mutex::new(Vec::new()),
             tasks: Mutex::new(Vec::new()),
@@ -345,7 +362,27 @@ impl Engine {
         self.join_archive().await?;
         self.subscribe_inboxes().await?;
         self.announce_seats(boot).await;
-        self.start_router().await
+        self.start_router().await?;
+        self.start_fleet().await;
+        Ok(())
+    }
+
+    /// One Mattermost websocket per seat with a bot, when this engine runs
+    /// the router (the sockets feed it).
+    async fn start_fleet(&self) {
+        let Some(mm) = &self.shared.mattermost else {
+            return;
+        };
+        if !self.shared.options.run_router {
+            return;
+        }
+        let fleet = crate::mattermost::Fleet::start(
+            mm,
+            self.shared.queue.clone(),
+            self.shared.stores.follows.clone(),
+            self.shared.options.mattermost.clone(),
+        );
+        *self.shared.fleet.lock().await = Some(fleet);
     }
 
     /// Events the inline writes could not store, and the raw webhooks.

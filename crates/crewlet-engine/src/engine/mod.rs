@@ -72,6 +72,10 @@ struct Shared {
     /// What the seats remember (also when learning is off, for reads).
     memory: Option<crewlet_memory::MemoryStores>,
     router: Mutex<Option<Arc<NotificationRouter>>>,
+    /// The company's Mattermost, when it is on and a seat has a bot.
+    mattermost: Option<Arc<crate::mattermost::Mattermost>>,
+    /// The seats' Mattermost websockets, once started.
+    fleet: tokio::sync::Mutex<Option<crate::mattermost::Fleet>>,
     scheduler: Mutex<Option<Arc<Scheduler>>>,
     subscriptions: Mutex<Vec<(String, Subscription)>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -167,6 +171,21 @@ impl Engine {
         self.shared.runtime.turns.summary()
     }
 
+    /// Each Mattermost seat socket's status, by handle (empty when
+    /// Mattermost is off).
+    pub async fn mattermost_sockets(
+        &self,
+    ) -> std::collections::BTreeMap<String, Arc<crewlet_integrations::mattermost::SocketStatus>>
+    {
+        self.shared
+            .fleet
+            .lock()
+            .await
+            .as_ref()
+            .map(|f| f.statuses().clone())
+            .unwrap_or_default()
+    }
+
     /// The notification router, when this engine runs one.
     pub fn router(&self) -> Option<Arc<NotificationRouter>> {
         self.shared.router.lock().clone()
@@ -257,6 +276,11 @@ impl Engine {
         shared.runtime.start_draining();
         if let Some(router) = shared.router.lock().as_ref() {
             router.stop();
+        }
+        // No new posts are read; what the sockets missed is re-read by the
+        // next engine's backfill.
+        if let Some(fleet) = shared.fleet.lock().await.take() {
+            fleet.stop().await;
         }
         // The scheduler and the store maintenance.
         for task in shared.tasks.lock().drain(..) {

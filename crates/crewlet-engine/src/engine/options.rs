@@ -34,6 +34,8 @@ pub struct EngineOptions {
     /// when an API in the same process already does (`crewlet run` does so
     /// when it serves the embedded API).
     pub gc_webhook_deliveries: bool,
+    /// How the Mattermost seat sockets reconnect and backfill.
+    pub mattermost: crewlet_integrations::mattermost::SocketOptions,
 }
 
 impl Default for EngineOptions {
@@ -48,6 +50,7 @@ impl Default for EngineOptions {
             env: crewlet_config::Security::default().company_process_env(),
             maintenance_interval: Some(MAINTENANCE_INTERVAL),
             gc_webhook_deliveries: true,
+            mattermost: Default::default(),
         }
     }
 }

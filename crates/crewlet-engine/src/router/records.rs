@@ -141,6 +141,7 @@ mod tests {
             thread: None,
             sender: Some("someone".into()),
             sender_is_bot: false,
+            direct: false,
             title: None,
             text: String::new(),
             assignees: vec![],

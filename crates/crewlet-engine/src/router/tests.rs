@@ -63,6 +63,7 @@ fn raw(source: Source, project: &str, handle: Option<&str>) -> RawWebhook {
             thread: Some("7".into()),
             sender: Some("someone".into()),
             sender_is_bot: false,
+            direct: false,
             title: Some("Bug".into()),
             text: "it breaks".into(),
             assignees: vec![],

@@ -114,6 +114,7 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         thread: text(&container, &["id"]),
         sender,
         sender_is_bot: text(&payload, &["accountType"]).as_deref() == Some("app"),
+        direct: false,
         title,
         text: body_text,
         assignees: Vec::new(),

@@ -155,6 +155,7 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
             .and_then(|s| s.get("type"))
             .and_then(Value::as_str)
             == Some("Bot"),
+        direct: false,
         title,
         text: body_text,
         assignees,

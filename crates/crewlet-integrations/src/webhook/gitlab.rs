@@ -265,6 +265,7 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         thread,
         sender: text(&payload, &["user", "username"]),
         sender_is_bot: text(&payload, &["user", "username"]).is_some_and(|u| is_bot_user(&u)),
+        direct: false,
         title,
         mentions: mentions::at_handles(&body_text),
         text: body_text,

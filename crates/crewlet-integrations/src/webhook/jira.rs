@@ -119,6 +119,7 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         thread: Some(key),
         sender,
         sender_is_bot,
+        direct: false,
         title: text(&issue, &["fields", "summary"]),
         text: body_text,
         assignees,

@@ -25,13 +25,15 @@ pub mod dedupe;
 pub mod github;
 pub mod gitlab;
 pub mod jira;
+pub mod mattermost;
 pub mod plane;
 pub mod slack;
 
 mod headers;
 mod json;
-mod mentions;
+pub(crate) mod mentions;
 mod notification;
+pub mod prompt;
 mod raw;
 mod replay;
 mod secrets;

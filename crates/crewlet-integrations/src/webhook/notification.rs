@@ -14,16 +14,19 @@ pub enum Source {
     Plane,
     Jira,
     Confluence,
+    /// Read over each seat's websocket by the engine, not a webhook.
+    Mattermost,
 }
 
 impl Source {
-    pub const ALL: [Source; 6] = [
+    pub const ALL: [Source; 7] = [
         Source::Slack,
         Source::Github,
         Source::Gitlab,
         Source::Plane,
         Source::Jira,
         Source::Confluence,
+        Source::Mattermost,
     ];
 
     /// The name used in webhook URLs (`/webhooks/{source}`), dedupe rows and events.
@@ -35,6 +38,7 @@ impl Source {
             Source::Plane => "plane",
             Source::Jira => "jira",
             Source::Confluence => "confluence",
+            Source::Mattermost => "mattermost",
         }
     }
 
@@ -75,6 +79,10 @@ pub struct Notification {
     /// The sender is a bot or app (including other agent seats).
     #[serde(default)]
     pub sender_is_bot: bool,
+    /// A direct (or group direct) message channel: the whole channel is
+    /// one conversation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
     /// Issue, pull request or page title, where there is one.
     #[serde(default)]
     pub title: Option<String>,
@@ -172,6 +180,7 @@ mod tests {
             thread: Some("7".into()),
             sender: Some("octocat".into()),
             sender_is_bot: false,
+            direct: false,
             title: Some("Bug".into()),
             text: "it breaks".into(),
             assignees: vec![],

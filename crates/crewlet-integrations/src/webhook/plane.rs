@@ -135,6 +135,7 @@ pub fn normalize<H: Headers + ?Sized>(headers: &H, body: &[u8]) -> Result<Inboun
         thread,
         sender,
         sender_is_bot,
+        direct: false,
         title,
         text: body_text,
         assignees,

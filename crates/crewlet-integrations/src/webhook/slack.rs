@@ -162,6 +162,10 @@ fn normalize_event(payload: Value) -> Result<Inbound, WebhookError> {
         sender: text(&event, &["user"]).or_else(|| bot_id.clone()),
         sender_is_bot: bot_id.is_some()
             || text(&event, &["subtype"]).as_deref() == Some("bot_message"),
+        direct: matches!(
+            text(&event, &["channel_type"]).as_deref(),
+            Some("im" | "mpim")
+        ),
         title: None,
         mentions: mentions::slack_users(&message_text),
         text: message_text,
