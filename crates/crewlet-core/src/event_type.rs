@@ -148,6 +148,7 @@ event_types! {
     DecisionResolved = "decision_resolved" => Decision,
     ContributionRequested = "contribution_requested" => Decision,
     ContributionReceived = "contribution_received" => Decision,
+    AskEscalated = "ask_escalated" => Decision,
     // knowledge
     DocumentCreated = "document_created" => Knowledge,
     DocumentUpdated = "document_updated" => Knowledge,

@@ -30,6 +30,7 @@
 
 pub mod admin;
 mod coalesce;
+mod colleagues;
 mod company;
 mod engine;
 mod error;

@@ -134,6 +134,8 @@ pub(crate) struct TurnRuntime {
     learning: Option<Arc<Learning>>,
     /// Chat backends that show a seat at work while its turn runs.
     statuses: Vec<Arc<dyn crate::working::WorkingStatus>>,
+    /// Colleague asks: an answering turn's result goes back to the asker.
+    asks: Option<Arc<crate::colleagues::Asks>>,
 }
 
 impl TurnRuntime {
@@ -153,7 +155,14 @@ impl TurnRuntime {
             running: AtomicUsize::new(0),
             turn_ended: Notify::new(),
             statuses: Vec::new(),
+            asks: None,
         }
+    }
+
+    /// Sends the results of colleague tasks back to their askers.
+    pub fn with_asks(mut self, asks: Arc<crate::colleagues::Asks>) -> Self {
+        self.asks = Some(asks);
+        self
     }
 
     /// Shows each turn's working status on these chat backends.
@@ -380,6 +389,9 @@ impl InboxHandler {
             return Err(HandlerError::new(
                 "the database became unavailable during the turn; the task will run again",
             ));
+        }
+        if let (Some(asks), Some(ask)) = (&self.runtime.asks, &request.ask) {
+            asks.answered(handle, ask, &outcome).await;
         }
         // Learning from the turn before the seat takes its next task, so
         // that task already sees what this one taught (the global turn

@@ -57,6 +57,11 @@ pub(crate) fn trigger(request: &TaskRequest, event: &Event) -> Trigger {
         channel: request.channel.clone(),
         content: request.text(),
         delegation_depth: event.delegation_depth,
+        delegation_chain: request
+            .ask
+            .as_ref()
+            .map(|a| a.chain.clone())
+            .unwrap_or_default(),
         trace: event.trace(),
         timeout: request.timeout_seconds.map(Duration::from_secs),
     }

@@ -163,6 +163,7 @@ fn ctx(seat: &SeatProfile, turn_id: Uuid) -> ToolContext {
         phase: Phase::Execute,
         iteration: 1,
         delegation_depth: 0,
+        delegation_chain: Vec::new(),
         trace: TraceContext::new_root(),
     }
 }

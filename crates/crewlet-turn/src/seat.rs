@@ -102,6 +102,9 @@ pub struct Trigger {
     pub content: String,
     /// How many delegations deep this work already is (0 = from outside).
     pub delegation_depth: u32,
+    /// The seats waiting on this work, first asker first (a colleague's
+    /// question carries who asked and who asked them).
+    pub delegation_chain: Vec<String>,
     /// The span of whatever published the trigger; the turn continues it.
     pub trace: Option<TraceContext>,
     /// Overrides the engine's per-turn timeout (e.g. a schedule's `timeout_seconds`).
@@ -121,6 +124,7 @@ impl Trigger {
             channel: None,
             content: content.into(),
             delegation_depth: 0,
+            delegation_chain: Vec::new(),
             trace: None,
             timeout: None,
         }

@@ -68,6 +68,8 @@ pub struct ToolContext {
     pub phase: Phase,
     pub iteration: u32,
     pub delegation_depth: u32,
+    /// The seats waiting on this work (see `Trigger::delegation_chain`).
+    pub delegation_chain: Vec<String>,
     /// The phase's span; a tool that emits events or calls out continues it.
     pub trace: TraceContext,
 }

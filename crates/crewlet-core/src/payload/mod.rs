@@ -21,7 +21,7 @@ pub use turn::{
     TriggerSummary, TurnGuardBreach,
 };
 
-pub use task::{CoalescedMessage, TaskPriority, TaskRequest, TaskSeat};
+pub use task::{AskRef, CoalescedMessage, TaskPriority, TaskRequest, TaskSeat};
 
 pub use learning::{
     AgentOnboarded, DiaryWritten, EpisodeRecorded, MemoryPrefetched, PrefetchBlock, ProfileUpdated,

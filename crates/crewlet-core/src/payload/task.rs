@@ -69,9 +69,28 @@ pub struct TaskRequest {
     /// workers read each sender).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub coalesced: Vec<CoalescedMessage>,
+    /// The colleague's question this task answers (`a2a_ask`): the
+    /// answering turn's result goes back to the asker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<AskRef>,
 }
 
-/// One message of a coalesced task.
+/// A colleague's question that a task answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AskRef {
+    pub ask_id: uuid::Uuid,
+    /// The seat that asked (and waits).
+    pub asker: String,
+    pub question: String,
+    /// Every seat waiting on this answer, first asker first (the asker
+    /// last): a seat in it is never asked again down the line (a cycle).
+    #[serde(default)]
+    pub chain: Vec<String>,
+    /// Delegation depth of the answering turn (the asker's plus one).
+    pub depth: u32,
+}
+
+/// One message merged into a digest task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CoalescedMessage {
     /// The `task_created` event it arrived as.
@@ -115,6 +134,7 @@ impl TaskRequest {
             title: None,
             priority: None,
             coalesced: Vec::new(),
+            ask: None,
         }
     }
 
@@ -141,6 +161,9 @@ impl TaskRequest {
             .with_agent_handle(seat.handle)
             .with_tag("task_source", self.source.as_str())
             .with_payload(serde_json::to_value(self).unwrap_or_default());
+        if let Some(ask) = &self.ask {
+            event = event.with_delegation_depth(ask.depth);
+        }
         if let Some(priority) = self.priority {
             event = event.with_tag("priority", priority.as_str());
         }

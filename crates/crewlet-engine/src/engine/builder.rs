@@ -185,6 +185,20 @@ impl EngineBuilder {
                 tools.catalog.add_builtin(tool, visibility);
             }
         }
+        let asks = crate::colleagues::Asks::new(
+            org.clone(),
+            self.queue.clone(),
+            crate::colleagues::AskSettings {
+                max_depth: company.turn_engine.delegation_depth_limit,
+                escalate_after: options.ask_escalate_after,
+                can_wait: company.turn_engine.max_concurrent_turns > 1,
+            },
+            mattermost.clone(),
+        );
+        tools.catalog.add_builtin(
+            Arc::new(crate::colleagues::AskColleague(asks.clone())),
+            Visibility::All,
+        );
         let SeatRuntimes { seats, order } = seat_runtimes(&company, &org);
         let sink: Arc<dyn crewlet_turn::EventSink> = Arc::new(QueueEventSink::new(
             self.queue.clone(),
@@ -221,7 +235,8 @@ impl EngineBuilder {
                 max_turns,
                 learning.clone(),
             )
-            .with_statuses(statuses),
+            .with_statuses(statuses)
+            .with_asks(asks),
         );
         let shared = Arc::new(Shared {
             company,

@@ -36,6 +36,9 @@ pub struct EngineOptions {
     pub gc_webhook_deliveries: bool,
     /// How the Mattermost seat sockets reconnect and backfill.
     pub mattermost: crewlet_integrations::mattermost::SocketOptions,
+    /// How long a colleague's question waits for an answer before it goes
+    /// up the manager chain. Default 15 minutes.
+    pub ask_escalate_after: Duration,
 }
 
 impl Default for EngineOptions {
@@ -51,6 +54,7 @@ impl Default for EngineOptions {
             maintenance_interval: Some(MAINTENANCE_INTERVAL),
             gc_webhook_deliveries: true,
             mattermost: Default::default(),
+            ask_escalate_after: crate::colleagues::DEFAULT_ESCALATE_AFTER,
         }
     }
 }
@@ -66,6 +70,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("stream_progress", &self.stream_progress)
             .field("maintenance_interval", &self.maintenance_interval)
             .field("gc_webhook_deliveries", &self.gc_webhook_deliveries)
+            .field("ask_escalate_after", &self.ask_escalate_after)
             .finish_non_exhaustive()
     }
 }

@@ -224,6 +224,7 @@ mod tests {
             phase: Phase::Execute,
             iteration: 1,
             delegation_depth: 0,
+            delegation_chain: Vec::new(),
             trace: TraceContext::new_root(),
         }
     }

@@ -227,6 +227,7 @@ impl TurnEngine {
             phase: pc.phase,
             iteration: pc.iteration,
             delegation_depth: t.trigger.delegation_depth,
+            delegation_chain: t.trigger.delegation_chain.clone(),
             trace: pc.span,
         };
         let observer = Progress { engine: self, pc };

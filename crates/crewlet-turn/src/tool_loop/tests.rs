@@ -107,6 +107,7 @@ async fn run(
         phase: crewlet_llm::Phase::Execute,
         iteration: 1,
         delegation_depth: 0,
+        delegation_chain: Vec::new(),
         trace: TraceContext::new_root(),
     };
     let env = LoopEnv {
