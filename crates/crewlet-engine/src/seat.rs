@@ -372,7 +372,7 @@ impl InboxHandler {
             .runtime
             .statuses
             .iter()
-            .filter_map(|s| s.begin(handle, &request))
+            .filter_map(|s| s.begin(&self.seat, &request))
             .collect();
         let outcome = self
             .runtime

@@ -12,6 +12,7 @@ use tokio::sync::OnceCell;
 use tracing::debug;
 
 use super::Mattermost;
+use crate::seat::SeatRuntime;
 use crate::task::TaskRequest;
 use crate::working::{StatusGuard, WorkingStatus};
 
@@ -34,7 +35,8 @@ impl Typing {
 }
 
 impl WorkingStatus for Typing {
-    fn begin(&self, handle: &str, request: &TaskRequest) -> Option<StatusGuard> {
+    fn begin(&self, seat: &Arc<SeatRuntime>, request: &TaskRequest) -> Option<StatusGuard> {
+        let handle = seat.seat.handle.as_str();
         if request.source != super::inbox::BACKEND {
             return None;
         }
