@@ -57,6 +57,8 @@ benches! {
     Dashboard => dashboard,
     /// Inbox batching: 1,000 comments over 50 conversations into one busy seat: turns per conversation, time to drain, memory.
     Inbox => inbox,
+    /// Mattermost: 100 seat websockets against the fake server: connect time, RSS per seat, live publish time, reconnect storm after a server restart (backfill, duplicates).
+    Mattermost => mattermost,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.
