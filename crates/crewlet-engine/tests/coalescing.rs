@@ -196,45 +196,73 @@ async fn ten_comments_during_a_turn_make_one_follow_up_turn_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ten_comments_during_a_turn_make_one_follow_up_turn_on_pulsar() {
     let url = crewlet_test_support::require!(pulsar);
-    let namespace = format!("e2e-burst-{}", uuid::Uuid::new_v4().simple());
-    let admin = pulsar_admin_url();
-    let http = reqwest::Client::new();
-    let created = http
-        .put(format!("{admin}/admin/v2/namespaces/public/{namespace}"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("pulsar admin: {e}"));
-    assert!(created.status().is_success(), "{}", created.status());
-    let mut options = PulsarOptions::new(&url).with_namespace("public", &namespace);
-    options.client_name = "burst".into();
-    let queue = PulsarQueue::connect(options)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ns = Namespace::create(url, "e2e-burst").await;
     // On a broker the held backlog reaches the member over the network
     // after it re-attaches: a window lets the drain take all of it.
-    ten_comments_make_one_turn(Arc::new(queue), 2.0).await;
-    let _ = http
-        .delete(format!(
-            "{admin}/admin/v2/namespaces/public/{namespace}?force=true"
-        ))
-        .send()
-        .await;
+    ten_comments_make_one_turn(ns.connect("burst").await, 2.0).await;
+    ns.drop_it().await;
+}
+
+/// A fresh Pulsar namespace for one test, deleted by [`Namespace::drop_it`].
+struct Namespace {
+    url: String,
+    name: String,
+}
+
+impl Namespace {
+    async fn create(url: String, prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        let created = reqwest::Client::new()
+            .put(format!(
+                "{}/admin/v2/namespaces/public/{name}",
+                pulsar_admin_url()
+            ))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("pulsar admin: {e}"));
+        assert!(created.status().is_success(), "{}", created.status());
+        Self { url, name }
+    }
+
+    async fn connect(&self, client: &str) -> Arc<dyn EventQueue> {
+        let mut options = PulsarOptions::new(&self.url).with_namespace("public", &self.name);
+        options.client_name = client.into();
+        Arc::new(
+            PulsarQueue::connect(options)
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    async fn drop_it(self) {
+        let _ = reqwest::Client::new()
+            .delete(format!(
+                "{}/admin/v2/namespaces/public/{}?force=true",
+                pulsar_admin_url(),
+                self.name
+            ))
+            .send()
+            .await;
+    }
 }
 
 /// The engine stops while the merged task waits for a turn slot (after
 /// the merge, before the turn): nothing was acknowledged, so the next
-/// engine merges the ten again and runs the turn once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_engine_stopping_mid_merge_loses_nothing_and_runs_nothing_twice() {
+/// engine merges the ten again and runs the turn once. `connect` gives
+/// each engine its own connection to the same broker.
+async fn stopping_mid_merge<F, Fut>(connect: F, window: f64) -> Arc<dyn EventQueue>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Arc<dyn EventQueue>>,
+{
     let llm = FakeLlmServer::start(script())
         .await
         .unwrap_or_else(|e| panic!("fake llm: {e}"));
-    let broker = MemoryBroker::new();
     let stores = Stores::memory();
     // One turn slot, taken by a slow task of another seat.
-    let c = company(&llm.openai_base_url(), 0.0, 1);
-    let a = Backends::new(Arc::new(broker.client()), stores.clone());
+    let c = company(&llm.openai_base_url(), window, 1);
+    let a = Backends::new(connect().await, stores.clone());
     let first = EngineBuilder::new(c.clone(), &a)
         .options(options())
         .start()
@@ -284,7 +312,7 @@ async fn an_engine_stopping_mid_merge_loses_nothing_and_runs_nothing_twice() {
         "the merged turn had not started"
     );
 
-    let b = Backends::new(Arc::new(broker.client()), stores.clone());
+    let b = Backends::new(connect().await, stores.clone());
     let second = EngineBuilder::new(c, &b)
         .options(options())
         .start()
@@ -315,12 +343,32 @@ async fn an_engine_stopping_mid_merge_loses_nothing_and_runs_nothing_twice() {
             .any(|p| (1..=10).all(|i| p.contains(&format!("comment number {i} on seven")))),
         "a comment was lost"
     );
+    second.shutdown().await;
+    b.queue.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_engine_stopping_mid_merge_loses_nothing_and_runs_nothing_twice() {
+    let broker = MemoryBroker::new();
+    let queue = stopping_mid_merge(
+        || async { Arc::new(broker.client()) as Arc<dyn EventQueue> },
+        0.0,
+    )
+    .await;
     let inbox = topics::agent_inbox("eng");
     assert_eq!(
         broker.backlog(&inbox.topic, &inbox.group).unwrap_or(0),
         0,
         "nothing left in the inbox"
     );
-    second.shutdown().await;
-    b.queue.shutdown().await;
+    queue.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_engine_stopping_mid_merge_loses_nothing_and_runs_nothing_twice_on_pulsar() {
+    let url = crewlet_test_support::require!(pulsar);
+    let ns = Namespace::create(url, "e2e-midmerge").await;
+    let queue = stopping_mid_merge(|| ns.connect("midmerge"), 2.0).await;
+    queue.shutdown().await;
+    ns.drop_it().await;
 }
