@@ -62,6 +62,12 @@ pub(crate) fn trigger(request: &TaskRequest, event: &Event) -> Trigger {
             .as_ref()
             .map(|a| a.chain.clone())
             .unwrap_or_default(),
+        earlier: request
+            .coalesced
+            .iter()
+            .take(request.coalesced.len().saturating_sub(1))
+            .map(|m| (m.sender.clone(), m.content.clone()))
+            .collect(),
         trace: event.trace(),
         timeout: request.timeout_seconds.map(Duration::from_secs),
     }

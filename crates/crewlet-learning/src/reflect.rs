@@ -165,19 +165,18 @@ impl Learning {
             tracing::warn!(agent = %seat.handle, error = %e, "skill refinement failed");
         }
 
-        if self.settings.counterparty
-            && let Some(sender) = trigger.sender.as_deref()
-            && !sender.trim().is_empty()
-        {
-            self.observe_sender(
-                seat,
-                sender,
-                &trigger.source,
-                &trigger.content,
-                outcome.turn_id,
-                context,
-            )
-            .await;
+        if self.settings.counterparty {
+            for (sender, said) in senders(trigger) {
+                self.observe_sender(
+                    seat,
+                    &sender,
+                    &trigger.source,
+                    &said,
+                    outcome.turn_id,
+                    context,
+                )
+                .await;
+            }
         }
         Reflection {
             skipped: None,
@@ -203,5 +202,59 @@ impl Learning {
             0
         });
         (deleted, compacted)
+    }
+}
+
+/// Who spoke in `trigger` and what each said, first speaker first: the
+/// latest sender with the whole trigger, and each other sender of a merged
+/// trigger with their own messages.
+fn senders(trigger: &Trigger) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    if let Some(s) = trigger.sender.as_deref().filter(|s| !s.trim().is_empty()) {
+        out.push((s.to_owned(), trigger.content.clone()));
+    }
+    for (sender, text) in &trigger.earlier {
+        let Some(s) = sender.as_deref().filter(|s| !s.trim().is_empty()) else {
+            continue;
+        };
+        match out.iter_mut().find(|(who, _)| who == s) {
+            // The latest sender's observation already reads the digest.
+            Some(_) if Some(s) == trigger.sender.as_deref() => {}
+            Some((_, said)) => {
+                said.push_str("\n\n");
+                said.push_str(text);
+            }
+            None => out.push((s.to_owned(), text.clone())),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod sender_tests {
+    use super::*;
+
+    #[test]
+    fn every_sender_of_a_merged_trigger_is_observed_once_with_their_own_words() {
+        let mut t = Trigger::new("t", "github", "digest of the burst");
+        t.sender = Some("ann".into());
+        t.earlier = vec![
+            (Some("bob".into()), "first from bob".into()),
+            (Some("ann".into()), "early ann".into()),
+            (None, "anonymous".into()),
+            (Some("bob".into()), "second from bob".into()),
+        ];
+        let got = senders(&t);
+        assert_eq!(
+            got,
+            vec![
+                ("ann".to_owned(), "digest of the burst".to_owned()),
+                (
+                    "bob".to_owned(),
+                    "first from bob\n\nsecond from bob".to_owned()
+                ),
+            ]
+        );
+        assert!(senders(&Trigger::new("t", "api", "x")).is_empty());
     }
 }

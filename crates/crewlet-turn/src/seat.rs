@@ -105,6 +105,10 @@ pub struct Trigger {
     /// The seats waiting on this work, first asker first (a colleague's
     /// question carries who asked and who asked them).
     pub delegation_chain: Vec<String>,
+    /// The earlier messages of a merged (coalesced) trigger, oldest first:
+    /// `(sender, text)`. The learning workers observe every sender, not
+    /// only the latest.
+    pub earlier: Vec<(Option<String>, String)>,
     /// The span of whatever published the trigger; the turn continues it.
     pub trace: Option<TraceContext>,
     /// Overrides the engine's per-turn timeout (e.g. a schedule's `timeout_seconds`).
@@ -125,6 +129,7 @@ impl Trigger {
             content: content.into(),
             delegation_depth: 0,
             delegation_chain: Vec::new(),
+            earlier: Vec::new(),
             trace: None,
             timeout: None,
         }
