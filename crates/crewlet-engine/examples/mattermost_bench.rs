@@ -194,10 +194,11 @@ async fn main() -> Result<()> {
         live(&engine).await == n
     })
     .await?;
-    let backfill = until("every gap post to be published", || async {
+    until("every gap post to be published", || async {
         seen.lock().await.len() >= 2 * n
     })
     .await?;
+    let backfill = restarted.elapsed();
     let rest_calls = mm.requests().len().saturating_sub(requests_before);
     let twice = seen.lock().await.values().filter(|c| **c > 1).count();
     let extra = seen.lock().await.len().saturating_sub(2 * n);
