@@ -1513,3 +1513,26 @@ roles:
         ],
     );
 }
+
+#[test]
+fn a_blank_slack_status_phrase_is_refused() {
+    let text = "\
+name: X
+integrations:
+  slack:
+    typing_status: always
+    status_phrases:
+      plan: [\"is plotting...\", \"  \"]
+      review: []
+roles:
+  - name: A
+";
+    assert_problems(
+        text,
+        &[(
+            6,
+            "integrations.slack.status_phrases.plan[1]",
+            "a status phrase cannot be blank: an empty status clears the indicator instead of showing it",
+        )],
+    );
+}

@@ -46,6 +46,7 @@ pub mod run;
 mod scheduler;
 mod seat;
 mod sink;
+mod slack;
 mod task;
 mod tools;
 mod working;

@@ -17,6 +17,9 @@
 //!   trait they adapt `crewlet-store`'s `WebhookDeliveries` to.
 //! - [`mattermost`]: the Mattermost REST client and the per-seat websocket
 //!   (reconnect, backoff, gap backfill) that turns posts into notifications.
+//! - [`slack`]: the Slack Web API client (working statuses, posts) and
+//!   `crewlet slack provision`: one Slack app per agent seat through the
+//!   manifest API, its ledger and the env file its secrets land in.
 //! - [`mcp`]: a Model Context Protocol client over stdio and streamable HTTP,
 //!   and [`McpHub`], which starts the shared and per-role servers of a company.
 //!
@@ -33,6 +36,7 @@
 
 pub mod mattermost;
 pub mod mcp;
+pub mod slack;
 pub mod webhook;
 
 pub use mcp::{

@@ -17,6 +17,10 @@
 //! [`mattermost`] (feature `mattermost`) is a fake Mattermost server on
 //! 127.0.0.1 (REST API v4 and websocket) with faults: dropped sockets,
 //! refused upgrades, a stopped and restarted server.
+//!
+//! [`slack`] (feature `slack`) is a fake Slack Web API on 127.0.0.1 that
+//! records working statuses, posts, manifest apps, installs and token
+//! rotations, with refusals and rate limits on demand.
 
 #[cfg(feature = "fake-llm")]
 pub mod fake_llm;
@@ -36,3 +40,6 @@ pub mod e2e;
 
 #[cfg(feature = "mattermost")]
 pub mod mattermost;
+
+#[cfg(feature = "slack")]
+pub mod slack;

@@ -3,10 +3,12 @@
 
 mod budgets;
 mod config;
+mod mattermost;
 mod migrate;
 mod run;
 mod run_api;
 mod schema;
+mod slack;
 mod task;
 mod validate;
 
@@ -45,6 +47,11 @@ pub enum Command {
     Budgets(budgets::Args),
     /// Hand a seat work through the running API (`task send HANDLE TEXT --wait`).
     Task(task::Args),
+    /// Mattermost bots: `provision` the seats' bots and tokens, `doctor`
+    /// checks an install.
+    Mattermost(mattermost::Args),
+    /// Slack apps: `provision` one app per seat through the manifest API.
+    Slack(slack::Args),
 }
 
 /// Exit code for a file that cannot be read (or another failure of the tool).
@@ -59,6 +66,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Config(args) => config::run(args),
         Command::Budgets(args) => budgets::run(args),
         Command::Task(args) => task::run(args),
+        Command::Mattermost(args) => mattermost::run(args),
+        Command::Slack(args) => slack::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

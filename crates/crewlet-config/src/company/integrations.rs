@@ -240,14 +240,45 @@ pub struct SlackIntegration {
     /// Web API base URL (change it only for a test server).
     #[serde(default = "default_slack_url")]
     pub api_url: String,
-    /// When a seat shows a working status in chat: `off`, `addressed`, `always`.
+    /// When a seat's bot shows a working status ("is thinking...") in the
+    /// Slack thread of a turn: `addressed` (the default: direct messages and
+    /// mentions of the bot), `always` (every Slack turn) or `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "working statuses are not shown yet"))]
     pub typing_status: Option<WorkingStatus>,
-    /// Phrases for the working status, per phase.
+    /// The working status's phrases, per phase; a phase left out or empty
+    /// keeps the built-in ones. Slack shows a phrase after the bot's name,
+    /// so each finishes that sentence ("is thinking..."); none may be blank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "working statuses are not shown yet"))]
     pub status_phrases: Option<StatusPhrases>,
+}
+
+impl SlackIntegration {
+    /// A blank phrase would clear the status instead of showing one.
+    pub(crate) fn check_phrases(&self, out: &mut Vec<crate::check::Finding>) {
+        let Some(phrases) = &self.status_phrases else {
+            return;
+        };
+        let at = crate::yaml::YamlPath::root()
+            .key("integrations")
+            .key("slack")
+            .key("status_phrases");
+        for (phase, list) in [
+            ("onboarding", &phrases.onboarding),
+            ("plan", &phrases.plan),
+            ("execute", &phrases.execute),
+            ("review", &phrases.review),
+            ("default", &phrases.default),
+        ] {
+            for (i, phrase) in list.iter().enumerate() {
+                if phrase.trim().is_empty() {
+                    out.push(crate::check::Finding::new(
+                        at.key(phase).index(i),
+                        "a status phrase cannot be blank: an empty status clears the indicator instead of showing it",
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// When a seat shows a working status on a chat backend.

@@ -146,6 +146,9 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     providers(company, &mut out);
     mcp_servers(company, &mut out);
     mattermost(company, &mut out);
+    if let Some(slack) = &company.integrations.slack {
+        slack.check_phrases(&mut out);
+    }
     super::rules::company_rules(company, &mut out);
     // Once, not once per seat: a big company with many providers stays linear.
     let llm_providers = company.llm_providers();
@@ -330,7 +333,12 @@ fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
 
 /// An enabled Mattermost needs its server and team.
 fn mattermost(company: &Company, out: &mut Vec<Finding>) {
-    let Some(mm) = company.integrations.mattermost.as_ref().filter(|m| m.enabled) else {
+    let Some(mm) = company
+        .integrations
+        .mattermost
+        .as_ref()
+        .filter(|m| m.enabled)
+    else {
         return;
     };
     let at = YamlPath::root().key("integrations").key("mattermost");

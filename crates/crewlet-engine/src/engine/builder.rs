@@ -227,6 +227,10 @@ impl EngineBuilder {
             .and_then(crate::mattermost::Typing::new)
             .map(|t| Arc::new(t) as Arc<dyn crate::working::WorkingStatus>)
             .into_iter()
+            .chain(
+                crate::slack::SlackStatus::from_company(&company, &org, &options.env)
+                    .map(|s| Arc::new(s) as Arc<dyn crate::working::WorkingStatus>),
+            )
             .collect();
         let runtime = Arc::new(
             TurnRuntime::new(

@@ -119,6 +119,11 @@ impl MattermostClient {
         }
     }
 
+    /// The same server and connection pool, as another account.
+    pub fn with_token(&self, token: &str) -> Self {
+        Self::with_http(self.http.clone(), &self.base, token)
+    }
+
     pub fn base_url(&self) -> &str {
         &self.base
     }

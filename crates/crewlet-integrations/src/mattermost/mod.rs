@@ -18,3 +18,10 @@ pub mod wire;
 pub use client::{MattermostClient, MattermostError, http_client, normalize_url};
 pub use inbound::{Addressed, SeatAccount, SeatPost, Verdict, classify, names};
 pub use socket::{SeatInbox, SeatSocket, SocketOptions, SocketStatus};
+
+pub mod doctor;
+pub mod envfile;
+pub mod provision;
+mod seats;
+
+pub use seats::{EnvLookup, origin};

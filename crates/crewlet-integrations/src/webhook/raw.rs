@@ -32,7 +32,8 @@ pub fn delivery_key_tag(event: &Event) -> Option<&str> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RawWebhook {
-    /// `slack`, `github`, `gitlab`, `plane`, `jira` or `confluence`.
+    /// `slack`, `github`, `gitlab`, `plane`, `jira`, `confluence` or
+    /// `mattermost` (read over the seat sockets by the engine).
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub source: Source,
     /// The seat named in the URL (`/webhooks/slack/{handle}`,
