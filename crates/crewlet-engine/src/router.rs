@@ -439,15 +439,7 @@ impl NotificationRouter {
         request.channel = Some(n.channel_or_project.clone());
         request.thread = n.thread.clone();
         request.url = n.url.clone();
-        // A seat socket says why the post reached the seat (dm, mention, ...).
-        request.reason = Some(
-            raw.body
-                .get("addressed")
-                .and_then(serde_json::Value::as_str)
-                .filter(|_| raw.source == Source::Mattermost)
-                .unwrap_or(rule.as_str())
-                .to_owned(),
-        );
+        request.reason = Some(self.reason(raw, seat, rule).await);
         request.direct = n.direct;
         // The routing span this runs in (exported), so the seat's turn nests
         // under it; without a subscriber, ids of the same shape.
@@ -495,6 +487,45 @@ impl NotificationRouter {
         }
         info!(agent = handle, rule = rule.as_str(), task_id = %task_id, source = %n.source, "notification routed");
         Ok(())
+    }
+
+    /// Why the seat got this task: the rule, or for chat how the message
+    /// addressed the seat (`dm`, `mention`, `thread_follow`, `channel`),
+    /// which decides whether a working status shows.
+    async fn reason(&self, raw: &RawWebhook, seat: &Seat, rule: RouteRule) -> String {
+        let n = &raw.notification;
+        match n.source {
+            // The seat's socket already decided.
+            Source::Mattermost => raw
+                .body
+                .get("addressed")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or(rule.as_str())
+                .to_owned(),
+            Source::Slack if rule == RouteRule::UrlHandle => {
+                let named = identities(seat, n.source)
+                    .iter()
+                    .any(|id| n.mentions.iter().any(|m| same(id, m)));
+                if n.direct {
+                    "dm".into()
+                } else if named || n.kind == "app_mention" {
+                    "mention".into()
+                } else if let Some(thread) = &n.thread {
+                    let t = ThreadRef::new(
+                        n.source.as_str(),
+                        n.channel_or_project.as_str(),
+                        thread.as_str(),
+                    );
+                    match self.follows.is_following(&seat.handle, &t).await {
+                        Ok(true) => "thread_follow".into(),
+                        _ => "channel".into(),
+                    }
+                } else {
+                    "channel".into()
+                }
+            }
+            _ => rule.as_str().to_owned(),
+        }
     }
 
     async fn record_skip(&self, event: &Event, raw: Option<&RawWebhook>, reason: String) {

@@ -10,8 +10,8 @@
 //! answers from what it knows instead.
 //!
 //! A human seat is asked on chat, as a direct message from the asker's own
-//! Mattermost bot to the human's `contact.mattermost_user_id`; their reply
-//! arrives like any DM.
+//! bot: on Mattermost to the human's `contact.mattermost_user_id`, else on
+//! Slack to their `contact.slack_user_id`; their reply arrives like any DM.
 //!
 //! Nobody answering within the escalation deadline (or the colleague's turn
 //! failing) sends the question one step up the target's manager chain,
@@ -40,6 +40,7 @@ pub(crate) use tool::AskColleague;
 use crate::inbox::Inbox;
 use crate::mattermost::Mattermost;
 use crate::sink::publish_event;
+use crate::slack::SlackSeats;
 use crate::task::derived_task_id;
 
 /// The `source` of colleague tasks and of this module's events.
@@ -86,6 +87,7 @@ pub(crate) struct Asks {
     queue: Arc<dyn EventQueue>,
     settings: AskSettings,
     mattermost: Option<Arc<Mattermost>>,
+    slack: Option<Arc<SlackSeats>>,
     pending: Mutex<HashMap<Uuid, Pending>>,
 }
 
@@ -111,12 +113,14 @@ impl Asks {
         queue: Arc<dyn EventQueue>,
         settings: AskSettings,
         mattermost: Option<Arc<Mattermost>>,
+        slack: Option<Arc<SlackSeats>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             org,
             queue,
             settings,
             mattermost,
+            slack,
             pending: Mutex::new(HashMap::new()),
         })
     }
@@ -240,40 +244,54 @@ impl Asks {
             .map_err(|e| format!("cannot reach {}: {e}", seat.handle))
     }
 
-    /// A human is asked on chat by the asker's own bot.
+    /// A human is asked on chat by the asker's own bot: Mattermost when
+    /// both are there, else Slack.
     async fn ask_human(&self, asker: &str, human: &Seat, question: &str) -> Result<Asked, String> {
         let contact = human.role.contact.as_ref();
         let mm_user = contact.and_then(|c| c.mattermost_user_id.as_deref());
-        let bot = self
+        let mm_bot = self
             .mattermost
             .as_ref()
             .and_then(|mm| mm.bots.get(asker).cloned());
-        let (Some(user), Some(bot)) = (mm_user, bot) else {
-            return Err(format!(
-                "`{}` is a person; you can reach them only on a chat you both use (their contact: {}), and you have no bot there",
-                human.handle,
-                describe_contact(human)
-            ));
-        };
-        let me = bot.account().await?;
-        let other = bot
-            .client
-            .user_by_username(user)
-            .await
-            .map_err(|e| format!("cannot find @{user} on Mattermost: {e}"))?;
-        let channel = bot
-            .client
-            .direct_channel(&me.user_id, &other.id)
-            .await
-            .map_err(|e| format!("cannot open a DM with @{user}: {e}"))?;
-        bot.client
-            .create_post(&channel.id, question, None)
-            .await
-            .map_err(|e| format!("cannot send the DM: {e}"))?;
-        Ok(Asked::OnChat {
-            target: human.handle.clone(),
-            channel: format!("a Mattermost DM with @{user}"),
-        })
+        if let (Some(user), Some(bot)) = (mm_user, mm_bot) {
+            let me = bot.account().await?;
+            let other = bot
+                .client
+                .user_by_username(user)
+                .await
+                .map_err(|e| format!("cannot find @{user} on Mattermost: {e}"))?;
+            let channel = bot
+                .client
+                .direct_channel(&me.user_id, &other.id)
+                .await
+                .map_err(|e| format!("cannot open a DM with @{user}: {e}"))?;
+            bot.client
+                .create_post(&channel.id, question, None)
+                .await
+                .map_err(|e| format!("cannot send the DM: {e}"))?;
+            return Ok(Asked::OnChat {
+                target: human.handle.clone(),
+                channel: format!("a Mattermost DM with @{user}"),
+            });
+        }
+        let slack_user = contact.and_then(|c| c.slack_user_id.as_deref());
+        if let (Some(user), Some(slack)) =
+            (slack_user, self.slack.as_ref().filter(|s| s.has_bot(asker)))
+        {
+            slack
+                .post_as(asker, user, question)
+                .await
+                .map_err(|e| format!("cannot send the Slack DM: {e}"))?;
+            return Ok(Asked::OnChat {
+                target: human.handle.clone(),
+                channel: format!("a Slack DM with <@{user}>"),
+            });
+        }
+        Err(format!(
+            "`{}` is a person; you can reach them only on a chat you both use (their contact: {}), and you have no bot there",
+            human.handle,
+            describe_contact(human)
+        ))
     }
 
     /// The answering turn of `ask` ended (by `answerer`).
@@ -477,6 +495,7 @@ mod tests {
                 escalate_after: Duration::from_secs(600),
                 can_wait: max_concurrent > 1,
             },
+            None,
             None,
         )
     }

@@ -194,6 +194,7 @@ impl EngineBuilder {
                 can_wait: company.turn_engine.max_concurrent_turns > 1,
             },
             mattermost.clone(),
+            crate::slack::SlackSeats::from_company(&company, &org, &options.env),
         );
         tools.catalog.add_builtin(
             Arc::new(crate::colleagues::AskColleague(asks.clone())),

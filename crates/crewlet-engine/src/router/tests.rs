@@ -400,3 +400,44 @@ async fn notifications_over_the_rate_limit_are_skipped_with_the_count() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_chat_task_says_how_the_message_addressed_the_seat() {
+    let r = router();
+    let eng = r
+        .org
+        .seat("eng")
+        .cloned()
+        .unwrap_or_else(|| panic!("no eng"));
+    let slack = |kind: &str, direct: bool, mentions: Vec<String>| {
+        let mut w = raw(Source::Slack, "CENG", Some("eng"));
+        w.notification.kind = kind.into();
+        w.notification.direct = direct;
+        w.notification.mentions = mentions;
+        w
+    };
+    let why = |w: RawWebhook| {
+        let eng = eng.clone();
+        let r = &r;
+        async move { r.reason(&w, &eng, RouteRule::UrlHandle).await }
+    };
+    assert_eq!(why(slack("message", true, vec![])).await, "dm");
+    assert_eq!(why(slack("app_mention", false, vec![])).await, "mention");
+    assert_eq!(
+        why(slack("message", false, vec!["UENG".into()])).await,
+        "mention"
+    );
+    assert_eq!(why(slack("message", false, vec![])).await, "channel");
+    let t = ThreadRef::new("slack", "CENG", "7");
+    r.follows
+        .follow("eng", &t)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(why(slack("message", false, vec![])).await, "thread_follow");
+
+    let mut mm = raw(Source::Mattermost, "c1", Some("eng"));
+    mm.body = serde_json::json!({"addressed": "dm"});
+    assert_eq!(why(mm).await, "dm");
+    let gh = raw(Source::Github, "acme/app", None);
+    assert_eq!(r.reason(&gh, &eng, RouteRule::Assignee).await, "assignee");
+}
