@@ -54,6 +54,7 @@ use tracing::{Instrument, debug, info, warn};
 use uuid::Uuid;
 
 mod identity;
+mod reason;
 mod records;
 mod valve;
 
@@ -487,45 +488,6 @@ impl NotificationRouter {
         }
         info!(agent = handle, rule = rule.as_str(), task_id = %task_id, source = %n.source, "notification routed");
         Ok(())
-    }
-
-    /// Why the seat got this task: the rule, or for chat how the message
-    /// addressed the seat (`dm`, `mention`, `thread_follow`, `channel`),
-    /// which decides whether a working status shows.
-    async fn reason(&self, raw: &RawWebhook, seat: &Seat, rule: RouteRule) -> String {
-        let n = &raw.notification;
-        match n.source {
-            // The seat's socket already decided.
-            Source::Mattermost => raw
-                .body
-                .get("addressed")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or(rule.as_str())
-                .to_owned(),
-            Source::Slack if rule == RouteRule::UrlHandle => {
-                let named = identities(seat, n.source)
-                    .iter()
-                    .any(|id| n.mentions.iter().any(|m| same(id, m)));
-                if n.direct {
-                    "dm".into()
-                } else if named || n.kind == "app_mention" {
-                    "mention".into()
-                } else if let Some(thread) = &n.thread {
-                    let t = ThreadRef::new(
-                        n.source.as_str(),
-                        n.channel_or_project.as_str(),
-                        thread.as_str(),
-                    );
-                    match self.follows.is_following(&seat.handle, &t).await {
-                        Ok(true) => "thread_follow".into(),
-                        _ => "channel".into(),
-                    }
-                } else {
-                    "channel".into()
-                }
-            }
-            _ => rule.as_str().to_owned(),
-        }
     }
 
     async fn record_skip(&self, event: &Event, raw: Option<&RawWebhook>, reason: String) {

@@ -332,6 +332,32 @@ pub struct MattermostIntegration {
     pub provisioning: Option<MattermostProvisioning>,
 }
 
+impl MattermostIntegration {
+    /// An enabled Mattermost needs its server and team.
+    pub(crate) fn check(&self, out: &mut Vec<crate::check::Finding>) {
+        if !self.enabled {
+            return;
+        }
+        let at = crate::yaml::YamlPath::root()
+            .key("integrations")
+            .key("mattermost");
+        if self.url.trim().is_empty() {
+            out.push(crate::check::Finding::new(
+                at.key("url"),
+                "Mattermost is enabled: set the server url (https://chat.example.com)",
+            ));
+        } else {
+            super::validate::check_url(Some(&self.url), &at.key("url"), out);
+        }
+        if self.team.trim().is_empty() {
+            out.push(crate::check::Finding::new(
+                at.key("team"),
+                "Mattermost is enabled: set the team name the seats' bots belong to",
+            ));
+        }
+    }
+}
+
 /// Mattermost bot provisioning.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -145,7 +145,9 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let mut out = Vec::new();
     providers(company, &mut out);
     mcp_servers(company, &mut out);
-    mattermost(company, &mut out);
+    if let Some(mm) = &company.integrations.mattermost {
+        mm.check(&mut out);
+    }
     if let Some(slack) = &company.integrations.slack {
         slack.check_phrases(&mut out);
     }
@@ -318,7 +320,7 @@ fn local_embeddings(e: &EmbeddingsProvider, at: &YamlPath, out: &mut Vec<Finding
     }
 }
 
-fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
+pub(crate) fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
     if let Some(url) = url
         && !url.contains("${")
         && !url.starts_with("http://")
@@ -327,33 +329,6 @@ fn check_url(url: Option<&str>, at: &YamlPath, out: &mut Vec<Finding>) {
         out.push(Finding::new(
             at.clone(),
             format!("`{url}` must start with http:// or https://"),
-        ));
-    }
-}
-
-/// An enabled Mattermost needs its server and team.
-fn mattermost(company: &Company, out: &mut Vec<Finding>) {
-    let Some(mm) = company
-        .integrations
-        .mattermost
-        .as_ref()
-        .filter(|m| m.enabled)
-    else {
-        return;
-    };
-    let at = YamlPath::root().key("integrations").key("mattermost");
-    if mm.url.trim().is_empty() {
-        out.push(Finding::new(
-            at.key("url"),
-            "Mattermost is enabled: set the server url (https://chat.example.com)",
-        ));
-    } else {
-        check_url(Some(&mm.url), &at.key("url"), out);
-    }
-    if mm.team.trim().is_empty() {
-        out.push(Finding::new(
-            at.key("team"),
-            "Mattermost is enabled: set the team name the seats' bots belong to",
         ));
     }
 }
