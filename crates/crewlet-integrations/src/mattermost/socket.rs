@@ -80,6 +80,8 @@ const DEDUPE_RING: usize = 512;
 const MAX_EARLY_FRAMES: usize = 512;
 /// Largest frame accepted (Mattermost's own limit is 256 KiB).
 const MAX_FRAME_BYTES: usize = 1 << 20;
+/// Read and write buffer of a seat socket.
+const SOCKET_BUFFER: usize = 8 * 1024;
 /// The `seq` of our authentication challenge.
 const AUTH_SEQ: i64 = 1;
 
@@ -282,7 +284,13 @@ impl SeatSocket {
         if url.starts_with("wss://") && rustls::crypto::CryptoProvider::get_default().is_none() {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         }
-        let config = WebSocketConfig::default().max_message_size(Some(MAX_FRAME_BYTES));
+        // Mattermost's frames are small: 8 KiB buffers (they grow for a
+        // bigger frame) instead of 128 KiB each, per seat.
+        let config = WebSocketConfig::default()
+            .read_buffer_size(SOCKET_BUFFER)
+            .write_buffer_size(SOCKET_BUFFER)
+            .max_message_size(Some(MAX_FRAME_BYTES))
+            .max_frame_size(Some(MAX_FRAME_BYTES));
         let connected = tokio::time::timeout(
             self.options.auth_timeout,
             tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false),

@@ -51,7 +51,12 @@ pub(crate) async fn upgrade(
         (user, data.epoch)
     };
     match ws {
-        Ok(ws) => ws.on_upgrade(move |socket| async move { spawn(shared, socket, user, epoch) }),
+        // Small buffers: benchmarks run the fake in the engine's process,
+        // and its per-connection memory would otherwise hide the engine's.
+        Ok(ws) => ws
+            .read_buffer_size(8 * 1024)
+            .write_buffer_size(8 * 1024)
+            .on_upgrade(move |socket| async move { spawn(shared, socket, user, epoch) }),
         Err(rejection) => error_response(
             StatusCode::BAD_REQUEST,
             "api.web_socket.connect.upgrade.app_error",
