@@ -845,11 +845,6 @@ roles:
     assert_warnings(
         text,
         &[
-            (
-                2,
-                "knowledge",
-                "has no effect yet: the knowledge system is not built yet",
-            ),
             (7, "providers.sandbox", sandbox),
             (
                 11,

@@ -164,6 +164,7 @@ event_types! {
     MemoryPrefetched = "memory_prefetched" => Learning,
     ProfileUpdated = "profile_updated" => Learning,
     AgentOnboarded = "agent_onboarded" => Learning,
+    KnowledgePrefetched = "knowledge_prefetched" => Learning,
     // webhook
     RawWebhook = "raw_webhook" => Webhook,
     ScheduleFired = "schedule_fired" => Task,

@@ -36,6 +36,7 @@ mod engine;
 mod error;
 mod hooks;
 mod inbox;
+mod knowledge;
 mod learning;
 mod llm;
 pub mod maintenance;

@@ -17,9 +17,15 @@
 //!   trait they adapt `crewlet-store`'s `WebhookDeliveries` to.
 //! - [`mattermost`]: the Mattermost REST client and the per-seat websocket
 //!   (reconnect, backoff, gap backfill) that turns posts into notifications.
+//! - [`gitlab`]: the GitLab REST client and `crewlet gitlab provision`: one
+//!   user per agent seat, its group membership, its token in the env file,
+//!   and the webhook to the API.
 //! - [`slack`]: the Slack Web API client (working statuses, posts) and
 //!   `crewlet slack provision`: one Slack app per agent seat through the
 //!   manifest API, its ledger and the env file its secrets land in.
+//! - [`knowledge`]: the knowledge base searched live (Confluence CQL, Plane
+//!   page search) behind one seam, and the Markdown importer.
+//! - [`plane`]: the Plane REST client and `crewlet plane provision`.
 //! - [`mcp`]: a Model Context Protocol client over stdio and streamable HTTP,
 //!   and [`McpHub`], which starts the shared and per-role servers of a company.
 //!
@@ -34,8 +40,11 @@
 //! ([`WebhookSource::secret_fields`]) and a test asserts telemetry's
 //! redaction list covers them.
 
+pub mod gitlab;
+pub mod knowledge;
 pub mod mattermost;
 pub mod mcp;
+pub mod plane;
 pub mod slack;
 pub mod webhook;
 

@@ -21,6 +21,18 @@
 //! [`slack`] (feature `slack`) is a fake Slack Web API on 127.0.0.1 that
 //! records working statuses, posts, manifest apps, installs and token
 //! rotations, with refusals and rate limits on demand.
+//!
+//! [`confluence`] (feature `confluence`) is a fake Confluence REST API on
+//! 127.0.0.1: users with tokens, spaces, pages with read restrictions and
+//! parents, a CQL subset for search, content create and update.
+//!
+//! [`plane`] (feature `plane`) is a fake Plane API on 127.0.0.1: projects,
+//! members, pages with page search, webhooks, and signed deliveries to the
+//! registered webhooks.
+//!
+//! [`gitlab`] (feature `gitlab`) is a fake GitLab REST API on 127.0.0.1:
+//! users, groups, projects, members, personal access tokens and hooks,
+//! with a request log, and note-hook deliveries to the registered hooks.
 
 #[cfg(feature = "fake-llm")]
 pub mod fake_llm;
@@ -43,3 +55,12 @@ pub mod mattermost;
 
 #[cfg(feature = "slack")]
 pub mod slack;
+
+#[cfg(feature = "confluence")]
+pub mod confluence;
+
+#[cfg(feature = "plane")]
+pub mod plane;
+
+#[cfg(feature = "gitlab")]
+pub mod gitlab;

@@ -52,6 +52,9 @@ pub enum PhaseBrief<'a> {
     },
     Execute {
         plan: &'a Plan,
+        /// Sections fetched after the plan (the thin-trigger knowledge
+        /// re-fetch), empty when there are none.
+        memory: &'a [MemorySection],
     },
     Review {
         plan: &'a Plan,
@@ -230,7 +233,14 @@ pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
                 }
             }
         }
-        PhaseBrief::Execute { plan } => plan_summary(&mut out, plan),
+        PhaseBrief::Execute { plan, memory } => {
+            plan_summary(&mut out, plan);
+            for section in memory.iter() {
+                if !section.body.trim().is_empty() {
+                    let _ = writeln!(out, "\n{}\n{}", section.heading.trim(), section.body.trim());
+                }
+            }
+        }
         PhaseBrief::Review { plan, execution } => {
             plan_summary(&mut out, plan);
             let _ = writeln!(out, "\n## What was done");
@@ -411,7 +421,10 @@ mod tests {
             &company(),
             &seat(),
             &trigger(),
-            &PhaseBrief::Execute { plan: &plan },
+            &PhaseBrief::Execute {
+                plan: &plan,
+                memory: &[],
+            },
         );
         assert!(exec[0].text.contains("# Phase: Execute"));
         assert_eq!(headings(&exec[1].text), ["# Trigger", "## The plan"]);
@@ -459,14 +472,20 @@ mod tests {
             &company(),
             &seat(),
             &trigger(),
-            &PhaseBrief::Execute { plan: &plan },
+            &PhaseBrief::Execute {
+                plan: &plan,
+                memory: &[],
+            },
         );
         let other = Trigger::new("task-2", "plane", "Something else");
         let b = system_prompt(
             &company(),
             &seat(),
             &other,
-            &PhaseBrief::Execute { plan: &plan },
+            &PhaseBrief::Execute {
+                plan: &plan,
+                memory: &[],
+            },
         );
         assert_eq!(a[0], b[0]);
         assert_ne!(a[1], b[1]);

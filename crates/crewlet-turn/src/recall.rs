@@ -47,6 +47,13 @@ pub struct RecallRequest<'a> {
 pub trait Recall: Send + Sync {
     /// The sections for the Plan prompt of this turn, in order.
     async fn prefetch(&self, request: RecallRequest<'_>) -> Vec<MemorySection>;
+
+    /// Sections for the Execute prompt, fetched once the plan is known
+    /// (`plan` is its reasoning and steps): what a thin trigger could not
+    /// find at turn start. None by default.
+    async fn after_plan(&self, _request: RecallRequest<'_>, _plan: &str) -> Vec<MemorySection> {
+        Vec::new()
+    }
 }
 
 /// No memory: every turn starts from nothing (the default).

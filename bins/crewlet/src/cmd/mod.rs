@@ -3,8 +3,11 @@
 
 mod budgets;
 mod config;
+mod confluence;
+mod gitlab;
 mod mattermost;
 mod migrate;
+mod plane;
 mod run;
 mod run_api;
 mod schema;
@@ -52,6 +55,14 @@ pub enum Command {
     Mattermost(mattermost::Args),
     /// Slack apps: `provision` one app per seat through the manifest API.
     Slack(slack::Args),
+    /// Confluence: `import` a folder of Markdown as knowledge pages.
+    Confluence(confluence::Args),
+    /// Plane: `import` a folder of Markdown as pages, `provision` the
+    /// projects, memberships and webhook.
+    Plane(plane::Args),
+    /// GitLab: `provision` the seats' users, group membership, tokens and
+    /// the webhook to the API.
+    Gitlab(gitlab::Args),
 }
 
 /// Exit code for a file that cannot be read (or another failure of the tool).
@@ -68,6 +79,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Task(args) => task::run(args),
         Command::Mattermost(args) => mattermost::run(args),
         Command::Slack(args) => slack::run(args),
+        Command::Confluence(args) => confluence::run(args),
+        Command::Plane(args) => plane::run(args),
+        Command::Gitlab(args) => gitlab::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -83,11 +83,10 @@ pub struct GitlabIntegration {
     pub token: Option<String>,
     /// Creating the seats' GitLab users and group membership.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "GitLab provisioning is not built yet"))]
     pub provisioning: Option<GitlabProvisioning>,
 }
 
-/// GitLab provisioning (accepted, not acted on yet).
+/// GitLab provisioning: what `crewlet gitlab provision` creates.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GitlabProvisioning {
@@ -148,11 +147,10 @@ pub struct PlaneIntegration {
     pub token: Option<String>,
     /// Creating the seats' Plane users and project membership.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "Plane provisioning is not built yet"))]
     pub provisioning: Option<PlaneProvisioning>,
 }
 
-/// Plane provisioning (accepted, not acted on yet).
+/// Plane provisioning: what `crewlet plane provision` creates.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaneProvisioning {

@@ -52,9 +52,8 @@ pub struct Company {
     /// Rules every agent follows, one sentence each.
     #[serde(default)]
     pub policies: Vec<String>,
-    /// Read scope of the knowledge system.
+    /// Read scope of the knowledge search (`## Relevant knowledge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "the knowledge system is not built yet"))]
     pub knowledge: Option<later::Knowledge>,
     /// Values substituted for `${name}` in tool-skill text (keys are
     /// identifiers: letters, digits, `_`).

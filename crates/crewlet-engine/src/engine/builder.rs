@@ -50,6 +50,7 @@ pub struct EngineBuilder {
     llm: Option<LlmRegistry>,
     embedder: Option<Arc<dyn Embedder>>,
     memory: Option<MemoryStores>,
+    knowledge: Option<Arc<dyn crewlet_integrations::knowledge::KnowledgeSearcher>>,
 }
 
 /// The company's tools: the builtins, and the MCP servers started for it.
@@ -80,6 +81,7 @@ impl EngineBuilder {
             llm: None,
             embedder: None,
             memory: None,
+            knowledge: None,
         }
     }
 
@@ -105,6 +107,16 @@ impl EngineBuilder {
     /// Uses these providers instead of building `providers.llm`.
     pub fn llm(mut self, registry: LlmRegistry) -> Self {
         self.llm = Some(registry);
+        self
+    }
+
+    /// Searches this knowledge base for the `## Relevant knowledge` block
+    /// instead of the company's Confluence or Plane.
+    pub fn knowledge(
+        mut self,
+        searcher: Arc<dyn crewlet_integrations::knowledge::KnowledgeSearcher>,
+    ) -> Self {
+        self.knowledge = Some(searcher);
         self
     }
 
@@ -214,11 +226,23 @@ impl EngineBuilder {
         )
         .with_tools(tools.catalog.registry.clone())
         .with_settings(turn_settings(&company, &options));
-        let learning = base
-            .as_ref()
-            .map(|base| start_learning(&company, base, &seats, &tools.catalog, sink, &turns));
+        let learning = base.as_ref().map(|base| {
+            start_learning(&company, base, &seats, &tools.catalog, sink.clone(), &turns)
+        });
         if let Some(l) = &learning {
             turns = turns.with_recall(l.clone());
+        }
+        let searcher = self
+            .knowledge
+            .or_else(|| crate::knowledge::from_company(&company, &options.env));
+        if let Some(searcher) = searcher {
+            let inner: Arc<dyn crewlet_turn::Recall> = match &learning {
+                Some(l) => l.clone(),
+                None => Arc::new(crewlet_turn::NoRecall),
+            };
+            let recall =
+                crate::knowledge::KnowledgeRecall::new(searcher, turns.auxiliary(), inner, sink);
+            turns = turns.with_recall(Arc::new(recall));
         }
         let memory = base.map(|b| b.memory);
         let max_turns =

@@ -54,6 +54,8 @@ pub(super) struct PlanPhase<'a> {
 /// Execute: the tools the plan names, with a grace round at the cap.
 pub(super) struct ExecutePhase<'a> {
     pub plan: &'a Plan,
+    /// Sections the recall fetched after the plan.
+    pub memory: &'a [crate::MemorySection],
 }
 
 /// Review: read-only tools, ended by `submit_review`.
@@ -135,7 +137,10 @@ impl PhaseWork for ExecutePhase<'_> {
     const PHASE: Phase = Phase::Execute;
 
     fn brief(&self) -> PhaseBrief<'_> {
-        PhaseBrief::Execute { plan: self.plan }
+        PhaseBrief::Execute {
+            plan: self.plan,
+            memory: self.memory,
+        }
     }
 
     async fn run(

@@ -58,8 +58,29 @@ impl TurnEngine {
                 return Ok(TurnDecision::Skip);
             }
 
+            // A thin trigger gave the turn-start prefetch nothing to go on:
+            // the plan may (the knowledge re-fetch, into Execute only).
+            let refetched = self
+                .recall
+                .after_plan(
+                    crate::RecallRequest {
+                        seat: t.seat,
+                        trigger: t.trigger,
+                        turn_id: t.turn_id,
+                        trace: t.span,
+                    },
+                    &plan_text(&plan),
+                )
+                .await;
             let execution = self
-                .run_phase(t, iteration, &ExecutePhase { plan: &plan })
+                .run_phase(
+                    t,
+                    iteration,
+                    &ExecutePhase {
+                        plan: &plan,
+                        memory: &refetched,
+                    },
+                )
                 .await?;
             t.state().final_artifact.clone_from(&execution.final_text);
             if plan.decision == PlanDecision::Direct {
@@ -115,4 +136,16 @@ impl TurnEngine {
             }
         }
     }
+}
+
+/// The plan as a search query would read it: its reasoning and steps.
+fn plan_text(plan: &crate::Plan) -> String {
+    let mut out = plan.reasoning.trim().to_owned();
+    for step in &plan.steps {
+        if !step.intent.trim().is_empty() {
+            out.push_str("; ");
+            out.push_str(step.intent.trim());
+        }
+    }
+    out
 }
