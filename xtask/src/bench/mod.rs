@@ -59,6 +59,8 @@ benches! {
     Inbox => inbox,
     /// Mattermost: 100 seat websockets against the fake server: connect time, RSS per seat, live publish time, reconnect storm after a server restart (backfill, duplicates).
     Mattermost => mattermost,
+    /// Knowledge: search latency as a seat (p50/p99, the auxiliary query excluded) and the import of 1,000 Markdown pages, against the fake Confluence and Plane.
+    Knowledge => knowledge,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.
