@@ -21,8 +21,18 @@ use crewlet_test_support::plane::FakePlane;
 
 const CONTAINERS: usize = 10;
 const WORDS: [&str; 12] = [
-    "deploy", "rollback", "incident", "database", "migration", "onboarding", "release", "review",
-    "oncall", "billing", "search", "cache",
+    "deploy",
+    "rollback",
+    "incident",
+    "database",
+    "migration",
+    "onboarding",
+    "release",
+    "review",
+    "oncall",
+    "billing",
+    "search",
+    "cache",
 ];
 
 struct Args {
@@ -94,20 +104,37 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn time_searches(s: &dyn KnowledgeSearcher, seat: &str, n: usize) -> (Duration, Duration, f64) {
+async fn time_searches(
+    s: &dyn KnowledgeSearcher,
+    seat: &str,
+    n: usize,
+) -> (Duration, Duration, f64) {
     let mut samples = Vec::with_capacity(n);
     let mut hits = 0usize;
     for i in 0..n {
-        let q = format!("{} {}", WORDS[i % WORDS.len()], WORDS[(i * 5 + 1) % WORDS.len()]);
+        let q = format!(
+            "{} {}",
+            WORDS[i % WORDS.len()],
+            WORDS[(i * 5 + 1) % WORDS.len()]
+        );
         let t = Instant::now();
         hits += s.search(seat, &q, 8, &[]).await.len();
         samples.push(t.elapsed());
     }
     samples.sort();
-    (percentile(&samples, 0.5), percentile(&samples, 0.99), hits as f64 / n as f64)
+    (
+        percentile(&samples, 0.5),
+        percentile(&samples, 0.99),
+        hits as f64 / n as f64,
+    )
 }
 
-async fn import_twice(publisher: &dyn Publisher, dir: &Path, requests: impl Fn() -> usize, pages: usize) -> Result<()> {
+async fn import_twice(
+    publisher: &dyn Publisher,
+    dir: &Path,
+    requests: impl Fn() -> usize,
+    pages: usize,
+) -> Result<()> {
     for run in ["first (all new)", "second (all unchanged)"] {
         let before = requests();
         let t = Instant::now();
@@ -145,13 +172,22 @@ async fn main() -> Result<()> {
     }
     let yaml = format!(
         "name: Bench\nintegrations:\n  confluence: {{url: \"{}\", email: {}, token: {}}}\nroles:\n  - name: Engineer\n    handle: eng\n    integrations: {{confluence: {{user: {}, token: {}}}}}\n",
-        wiki.url(), admin.email, admin.token, eng.email, eng.token
+        wiki.url(),
+        admin.email,
+        admin.token,
+        eng.email,
+        eng.token
     );
     let company = Company::from_yaml("bench", &yaml)?;
-    println!("confluence (fake, in this process): {} pages over {CONTAINERS} spaces", a.pages);
-    let publisher = ConfluencePublisher::from_company(&company, |_| None).map_err(anyhow::Error::msg)?;
+    println!(
+        "confluence (fake, in this process): {} pages over {CONTAINERS} spaces",
+        a.pages
+    );
+    let publisher =
+        ConfluencePublisher::from_company(&company, |_| None).map_err(anyhow::Error::msg)?;
     import_twice(&publisher, &dir, || wiki.requests().len(), a.pages).await?;
-    let searcher = ConfluenceSearcher::from_company(&company, |_| None).context("no confluence searcher")?;
+    let searcher =
+        ConfluenceSearcher::from_company(&company, |_| None).context("no confluence searcher")?;
     let (p50, p99, hits) = time_searches(&searcher, "eng", a.searches).await;
     println!(
         "  search as the seat, {} queries: p50 {:.2} ms, p99 {:.2} ms, {hits:.1} hits per query",
@@ -171,10 +207,16 @@ async fn main() -> Result<()> {
     }
     let yaml = format!(
         "name: Bench\nintegrations:\n  plane: {{enabled: true, url: \"{}\", workspace: acme, token: {}, webhook_secret: bench-secret}}\nroles:\n  - name: Engineer\n    handle: eng\n    integrations: {{plane: {{user: {}, token: {}}}}}\n",
-        plane.url(), padmin.token, peng.email, peng.token
+        plane.url(),
+        padmin.token,
+        peng.email,
+        peng.token
     );
     let company = Company::from_yaml("bench", &yaml)?;
-    println!("plane (fake, in this process): {} pages over {CONTAINERS} projects", a.pages);
+    println!(
+        "plane (fake, in this process): {} pages over {CONTAINERS} projects",
+        a.pages
+    );
     let publisher = PlanePublisher::from_company(&company, |_| None).map_err(anyhow::Error::msg)?;
     import_twice(&publisher, &dir, || plane.requests().len(), a.pages).await?;
     let searcher = PlaneSearcher::from_company(&company, |_| None).context("no plane searcher")?;

@@ -26,6 +26,8 @@
 //! - [`knowledge`]: the knowledge base searched live (Confluence CQL, Plane
 //!   page search) behind one seam, and the Markdown importer.
 //! - [`plane`]: the Plane REST client and `crewlet plane provision`.
+//! - [`provision`]: what the provision commands share: the env file, seat
+//!   outcomes and minted tokens, the `${VAR}` rules of a seat's token.
 //! - [`mcp`]: a Model Context Protocol client over stdio and streamable HTTP,
 //!   and [`McpHub`], which starts the shared and per-role servers of a company.
 //!
@@ -45,6 +47,7 @@ pub mod knowledge;
 pub mod mattermost;
 pub mod mcp;
 pub mod plane;
+pub mod provision;
 pub mod slack;
 pub mod webhook;
 

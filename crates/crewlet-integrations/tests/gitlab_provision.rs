@@ -5,8 +5,9 @@
 //! dry run and a non-admin token write nothing; one seat failing leaves the
 //! others provisioned; without group hooks each unit project gets one.
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crewlet_config::Company;
 use crewlet_integrations::gitlab::GitlabClient;
@@ -14,32 +15,13 @@ use crewlet_integrations::gitlab::provision::{
     Action, HookAction, Options, Outcome, Plan, ProvisionError, Report, SeatOutcome, Step, apply,
     plan,
 };
-use crewlet_integrations::mattermost::envfile::EnvFile;
+use crewlet_integrations::provision::envfile::EnvFile;
 use crewlet_test_support::gitlab::FakeGitlab;
+
+use common::TempDir;
 
 const HOOK_TOKEN: &str = "hook-secret-1";
 const API: &str = "http://crewlet.test:8080";
-
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("crewlet-gl-provision-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 struct World {
     gl: FakeGitlab,
@@ -59,17 +41,17 @@ impl World {
         World {
             gl,
             admin,
-            dir: TempDir::new(),
+            dir: TempDir::new("crewlet-gl-provision"),
             levels: "{lead: maintainer}".into(),
         }
     }
 
     fn env_path(&self) -> PathBuf {
-        self.dir.0.join(".env")
+        self.dir.env_path()
     }
 
     fn env(&self) -> EnvFile {
-        EnvFile::load(&self.env_path()).unwrap()
+        self.dir.env()
     }
 
     fn company(&self) -> Company {

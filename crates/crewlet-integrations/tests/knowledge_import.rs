@@ -4,8 +4,9 @@
 //! nothing, and editing one file updates exactly that page (Confluence:
 //! one version up). A dry run (the plan alone) writes nothing.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
+use std::path::Path;
 
 use crewlet_config::Company;
 use crewlet_integrations::knowledge::import::{
@@ -17,35 +18,10 @@ use crewlet_integrations::knowledge::{
 use crewlet_test_support::confluence::FakeConfluence;
 use crewlet_test_support::plane::FakePlane;
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("crewlet-kb-import-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn write(&self, rel: &str, text: &str) {
-        let path = self.0.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 fn folder() -> TempDir {
-    let dir = TempDir::new();
+    let dir = TempDir::new("crewlet-kb-import");
     dir.write(
         "ENG/onboarding.md",
         "# Onboarding\n\nWelcome to **engineering**.\n",

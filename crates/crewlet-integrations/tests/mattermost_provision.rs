@@ -5,38 +5,20 @@
 //! decommissioning disables and revokes; the doctor sees a healthy
 //! install, a bad seat token and a SiteURL that browsers are refused by.
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crewlet_config::Company;
 use crewlet_integrations::mattermost::MattermostClient;
 use crewlet_integrations::mattermost::doctor::{Check, diagnose};
-use crewlet_integrations::mattermost::envfile::EnvFile;
 use crewlet_integrations::mattermost::provision::{
     Options, Outcome, Plan, ProvisionError, Report, SeatOutcome, apply, plan,
 };
+use crewlet_integrations::provision::envfile::EnvFile;
 use crewlet_test_support::mattermost::{ChannelType, FakeMattermost, User};
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("crewlet-mm-provision-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 struct World {
     mm: FakeMattermost,
@@ -66,16 +48,16 @@ impl World {
             town,
             eng,
             ops,
-            dir: TempDir::new(),
+            dir: TempDir::new("crewlet-mm-provision"),
         }
     }
 
     fn env_path(&self) -> PathBuf {
-        self.dir.0.join(".env")
+        self.dir.env_path()
     }
 
     fn env(&self) -> EnvFile {
-        EnvFile::load(&self.env_path()).unwrap()
+        self.dir.env()
     }
 
     fn company(&self, pm_channel: &str) -> Company {

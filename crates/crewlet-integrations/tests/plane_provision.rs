@@ -7,9 +7,10 @@
 //! API's `/webhooks/plane` does (`webhook::plane::receive` with the
 //! company's `webhook_secret`, expanded from the env file) accepts it.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -18,35 +19,17 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use crewlet_config::{Company, interpolate};
 use crewlet_integrations::Inbound;
-use crewlet_integrations::mattermost::envfile::EnvFile;
 use crewlet_integrations::plane::PlaneClient;
 use crewlet_integrations::plane::provision::{
     MemberState, Options, Plan, ProjectState, Report, TokenState, WebhookPlan, apply, plan,
 };
+use crewlet_integrations::provision::envfile::EnvFile;
 use crewlet_integrations::webhook::plane::receive;
 use crewlet_test_support::plane::{FakePlane, PlaneUser};
 use parking_lot::Mutex;
 use serde_json::json;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("crewlet-plane-prov-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 /// What the receiver saw: (status it answered, notification kind or error).
 type Seen = Arc<Mutex<Vec<(u16, String)>>>;
@@ -165,12 +148,8 @@ units:
             url = plane.url()
         );
         let company = Company::from_yaml("plane.yaml", &yaml).unwrap_or_else(|e| panic!("{e}"));
-        let dir = TempDir::new();
-        std::fs::write(
-            dir.0.join(".env"),
-            format!("PLANE_SWE_TOKEN={}\n", swe.token),
-        )
-        .unwrap();
+        let dir = TempDir::new("crewlet-plane-prov");
+        std::fs::write(dir.env_path(), format!("PLANE_SWE_TOKEN={}\n", swe.token)).unwrap();
         World {
             plane,
             root,
@@ -182,7 +161,7 @@ units:
     }
 
     fn env_path(&self) -> PathBuf {
-        self.dir.0.join(".env")
+        self.dir.env_path()
     }
 
     fn client(&self) -> PlaneClient {

@@ -63,27 +63,8 @@ pub struct FakePage {
     pub labels: Vec<String>,
 }
 
-/// One request the fake received.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    pub method: String,
-    /// Without the `/wiki` prefix.
-    pub path: String,
-    pub query: Vec<(String, String)>,
-    /// The authenticated account id (`None`: refused).
-    pub user: Option<String>,
-    pub body: Option<Value>,
-}
-
-impl Request {
-    /// The query parameter `name`.
-    pub fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub use crate::request_log::Request;
+use crate::request_log::RequestLog;
 
 #[derive(Default)]
 struct Data {
@@ -92,7 +73,7 @@ struct Data {
     users: Vec<ConfluenceUser>,
     spaces: BTreeSet<String>,
     pages: BTreeMap<u64, FakePage>,
-    requests: Vec<Request>,
+    requests: RequestLog,
 }
 
 /// A running fake Confluence; stops when dropped.
@@ -208,15 +189,12 @@ impl FakeConfluence {
     }
 
     pub fn requests(&self) -> Vec<Request> {
-        self.data.lock().requests.clone()
+        self.data.lock().requests.all()
     }
 
     /// Requests that changed something (`POST`, `PUT`).
     pub fn writes(&self) -> Vec<Request> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.method == "POST" || r.method == "PUT")
-            .collect()
+        self.data.lock().requests.with_methods(&["POST", "PUT"])
     }
 
     pub fn clear_requests(&self) {

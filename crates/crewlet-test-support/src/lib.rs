@@ -59,6 +59,9 @@ pub mod slack;
 #[cfg(feature = "confluence")]
 pub mod confluence;
 
+#[cfg(any(feature = "confluence", feature = "plane"))]
+pub mod request_log;
+
 #[cfg(feature = "plane")]
 pub mod plane;
 

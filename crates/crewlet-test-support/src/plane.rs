@@ -75,26 +75,8 @@ pub struct FakeWebhook {
     pub is_active: bool,
 }
 
-/// One request the fake received.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    pub method: String,
-    /// Without the `/api/v1` prefix.
-    pub path: String,
-    pub query: Vec<(String, String)>,
-    /// The authenticated user id (`None`: refused).
-    pub user: Option<String>,
-    pub body: Option<Value>,
-}
-
-impl Request {
-    pub fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub use crate::request_log::Request;
+use crate::request_log::RequestLog;
 
 /// One delivery by [`FakePlane::deliver`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +95,7 @@ pub(crate) struct Data {
     pub(crate) projects: BTreeMap<String, FakeProject>,
     pub(crate) pages: BTreeMap<String, FakePlanePage>,
     pub(crate) webhooks: Vec<FakeWebhook>,
-    pub(crate) requests: Vec<Request>,
+    pub(crate) requests: RequestLog,
 }
 
 impl Data {
@@ -275,15 +257,12 @@ impl FakePlane {
     }
 
     pub fn requests(&self) -> Vec<Request> {
-        self.data.lock().requests.clone()
+        self.data.lock().requests.all()
     }
 
     /// Requests that changed something (`POST`, `PATCH`).
     pub fn writes(&self) -> Vec<Request> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.method == "POST" || r.method == "PATCH")
-            .collect()
+        self.data.lock().requests.with_methods(&["POST", "PATCH"])
     }
 
     pub fn clear_requests(&self) {

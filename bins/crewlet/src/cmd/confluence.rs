@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use crewlet_config::Company;
 use crewlet_integrations::knowledge::ConfluencePublisher;
 use crewlet_integrations::knowledge::import::{self, DEFAULT_SKILLS_CONTAINER, Publisher};
-use crewlet_integrations::mattermost::envfile::EnvFile;
+
+use super::provisioning::{Out, exit_code, load, runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -47,26 +47,10 @@ pub struct ImportArgs {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     match args.cmd {
         ConfluenceCommand::Import(a) => runtime.block_on(import_cmd(a)),
     }
-}
-
-/// The company and a `${VAR}` lookup: the env file, then the environment.
-pub(super) fn load(
-    company: &Path,
-    env_file: &Path,
-) -> Result<(Company, EnvFile, impl Fn(&str) -> Option<String> + Clone)> {
-    let company = Company::load(company)?;
-    let file =
-        EnvFile::load(env_file).with_context(|| format!("cannot read {}", env_file.display()))?;
-    let values = file.values();
-    let lookup = move |var: &str| values.get(var).cloned().or_else(|| std::env::var(var).ok());
-    Ok((company, file, lookup))
 }
 
 async fn import_cmd(args: ImportArgs) -> Result<ExitCode> {
@@ -97,24 +81,16 @@ pub(super) async fn publish(
     );
     let mut progress = |line: &str| println!("  ... {line}");
     let plan = import::plan(publisher, collected, &mut progress).await;
-    println!("plan:\n{plan}");
+    let out = Out::new(false);
+    out.plan(&plan);
     let planned_failures = plan
         .items
         .iter()
         .any(|i| matches!(i.action, import::Action::Fail(_)));
     if dry_run {
-        println!("dry run: nothing was changed");
-        return Ok(if planned_failures {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
+        return Ok(out.dry_run(planned_failures));
     }
     let report = import::apply(publisher, &plan, &mut progress).await;
     println!("report:\n{report}");
-    Ok(if report.failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(exit_code(!report.failed.is_empty()))
 }

@@ -8,29 +8,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
-use crewlet_config::Company;
+use anyhow::Result;
 use crewlet_integrations::gitlab::provision::{
     self, ADMIN_TOKEN_VAR, DEFAULT_EMAIL_DOMAIN, DEFAULT_TOKEN_DAYS, Options, admin_client,
 };
-use crewlet_integrations::mattermost::envfile::EnvFile;
 
-/// A credential that prints as `***`.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(s.to_owned()))
-    }
-}
+use super::provisioning::{Out, Secret, admin_token, load, runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -85,26 +68,15 @@ pub struct ProvisionArgs {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     match args.cmd {
         GitlabCommand::Provision(a) => runtime.block_on(provision(a)),
     }
 }
 
 async fn provision(args: ProvisionArgs) -> Result<ExitCode> {
-    let company = Company::load(&args.company)?;
-    let mut file = EnvFile::load(&args.env_file)
-        .with_context(|| format!("cannot read {}", args.env_file.display()))?;
-    let values = file.values();
-    let env = move |var: &str| values.get(var).cloned().or_else(|| std::env::var(var).ok());
-    let admin_token = args
-        .admin_token
-        .map(|s| s.0)
-        .or_else(|| file.get(ADMIN_TOKEN_VAR))
-        .unwrap_or_default();
+    let (company, mut file, env) = load(&args.company, &args.env_file)?;
+    let admin_token = admin_token(args.admin_token, &file, ADMIN_TOKEN_VAR);
     let admin = admin_client(&company, &admin_token, &env)?;
     let options = Options {
         base_url: args.base_url,
@@ -113,47 +85,19 @@ async fn provision(args: ProvisionArgs) -> Result<ExitCode> {
         token_days: args.token_days,
         rewrite_hooks: args.rewrite_hooks,
     };
-    // With --print, stdout carries only the export lines.
-    let to_stderr = args.print;
-    let say = |text: &str| {
-        if to_stderr {
-            eprintln!("{text}");
-        } else {
-            println!("{text}");
-        }
-    };
+    let out = Out::new(args.print);
     let plan = provision::plan(&company, &admin, &options, &env).await?;
-    say(&format!("plan:\n{plan}"));
+    out.plan(&plan);
     if args.dry_run {
-        say("dry run: nothing was changed");
-        return Ok(if plan.fails() {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
+        return Ok(out.dry_run(plan.fails()));
     }
     if plan.changes() > 0 {
-        say("\napplying:");
+        out.say("\napplying:");
     }
     let report = provision::apply(&plan, &admin, &mut file, &mut |who: &str, what: &str| {
-        say(&format!("  {who}: {what}"))
+        out.step(who, what)
     })
     .await;
-    say(&format!("\nreport:\n{report}"));
-    if !report.minted.is_empty() {
-        say(&format!(
-            "tokens written to {}; restart `crewlet run` so the engine reads them",
-            file.path().display()
-        ));
-    }
-    if args.print {
-        for minted in &report.minted {
-            println!("export {}={}", minted.var, minted.value());
-        }
-    }
-    Ok(if report.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let failed = report.failed();
+    Ok(out.finish(&report, failed, &report.minted, &file, args.print))
 }

@@ -6,16 +6,14 @@
 //! the doctor found a problem), 2 anything else (a refused preflight
 //! included).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
-use crewlet_config::Company;
+use anyhow::Result;
 use crewlet_integrations::mattermost::doctor::diagnose;
-use crewlet_integrations::mattermost::envfile::EnvFile;
-use crewlet_integrations::mattermost::provision::{
-    self, ADMIN_TOKEN_VAR, Action, Options, admin_client,
-};
+use crewlet_integrations::mattermost::provision::{self, ADMIN_TOKEN_VAR, Options, admin_client};
+
+use super::provisioning::{Out, Secret, admin_token, exit_code, load, runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,23 +29,6 @@ pub enum MattermostCommand {
     /// Check the server, its SiteURL, a browser's websocket and every
     /// seat's bot, token, memberships and websocket; changes nothing.
     Doctor(DoctorArgs),
-}
-
-/// A credential that prints as `***`.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(s.to_owned()))
-    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -86,97 +67,41 @@ pub struct DoctorArgs {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     match args.cmd {
         MattermostCommand::Provision(a) => runtime.block_on(provision(a)),
         MattermostCommand::Doctor(a) => runtime.block_on(doctor(a)),
     }
 }
 
-/// The company and a `${VAR}` lookup: the env file, then the environment.
-fn load(
-    company: &Path,
-    env_file: &Path,
-) -> Result<(Company, EnvFile, impl Fn(&str) -> Option<String>)> {
-    let company = Company::load(company)?;
-    let file =
-        EnvFile::load(env_file).with_context(|| format!("cannot read {}", env_file.display()))?;
-    let values = file.values();
-    let lookup = move |var: &str| values.get(var).cloned().or_else(|| std::env::var(var).ok());
-    Ok((company, file, lookup))
-}
-
 async fn provision(args: ProvisionArgs) -> Result<ExitCode> {
     let (company, mut file, env) = load(&args.company, &args.env_file)?;
-    let admin_token = args
-        .admin_token
-        .map(|s| s.0)
-        .or_else(|| file.get(ADMIN_TOKEN_VAR))
-        .unwrap_or_default();
+    let admin_token = admin_token(args.admin_token, &file, ADMIN_TOKEN_VAR);
     let admin = admin_client(&company, &admin_token, &env)?;
     let options = Options {
         handles: args.handles,
         decommission: args.decommission,
     };
-    // With --print, stdout carries only the export lines.
-    let to_stderr = args.print;
-    let say = |text: &str| {
-        if to_stderr {
-            eprintln!("{text}");
-        } else {
-            println!("{text}");
-        }
-    };
+    let out = Out::new(args.print);
     let plan = provision::plan(&company, &admin, &options, &env).await?;
-    say(&format!("plan:\n{plan}"));
+    out.plan(&plan);
     if args.dry_run {
-        say("dry run: nothing was changed");
-        let fails = plan
-            .seats
-            .iter()
-            .any(|s| matches!(s.action, Action::Fail(_)));
-        return Ok(if fails {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
+        return Ok(out.dry_run(plan.fails()));
     }
     if plan.changes() > 0 {
-        say("\napplying:");
+        out.say("\napplying:");
     }
-    let report = provision::apply(&plan, &admin, &mut file, &mut |handle: &str, what: &str| {
-        say(&format!("  {handle}: {what}"))
+    let report = provision::apply(&plan, &admin, &mut file, &mut |who: &str, what: &str| {
+        out.step(who, what)
     })
     .await;
-    say(&format!("\nreport:\n{report}"));
-    if !report.minted.is_empty() {
-        say(&format!(
-            "tokens written to {}; restart `crewlet run` so the engine reads them",
-            file.path().display()
-        ));
-    }
-    if args.print {
-        for minted in &report.minted {
-            println!("export {}={}", minted.var, minted.value());
-        }
-    }
-    Ok(if report.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let failed = report.failed();
+    Ok(out.finish(&report, failed, &report.minted, &file, args.print))
 }
 
 async fn doctor(args: DoctorArgs) -> Result<ExitCode> {
     let (company, _, env) = load(&args.company, &args.env_file)?;
     let report = diagnose(&company, &env).await;
     println!("{report}");
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(exit_code(!report.ok()))
 }

@@ -8,6 +8,7 @@ mod gitlab;
 mod mattermost;
 mod migrate;
 mod plane;
+mod provisioning;
 mod run;
 mod run_api;
 mod schema;

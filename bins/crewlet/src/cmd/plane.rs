@@ -10,14 +10,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use crewlet_integrations::knowledge::PlanePublisher;
 use crewlet_integrations::knowledge::import::DEFAULT_SKILLS_CONTAINER;
 use crewlet_integrations::plane::provision::{
     self, Options, PROVISION_TOKEN_VAR, TokenState, operator_client,
 };
 
-use super::confluence::{load, publish};
+use super::confluence::publish;
+use super::provisioning::{Out, Secret, exit_code, load, runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -53,23 +54,6 @@ pub struct ImportArgs {
     pub env_file: PathBuf,
 }
 
-/// A credential that prints as `***`.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(s.to_owned()))
-    }
-}
-
 #[derive(Debug, clap::Args)]
 pub struct ProvisionArgs {
     /// The company file.
@@ -92,10 +76,7 @@ pub struct ProvisionArgs {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     match args.cmd {
         PlaneCommand::Import(a) => runtime.block_on(import_cmd(a)),
         PlaneCommand::Provision(a) => runtime.block_on(provision_cmd(a)),
@@ -130,8 +111,9 @@ async fn provision_cmd(args: ProvisionArgs) -> Result<ExitCode> {
     let options = Options {
         base_url: args.base_url,
     };
+    let out = Out::new(false);
     let plan = provision::plan(&company, &client, &options, &env).await?;
-    println!("plan:\n{plan}");
+    out.plan(&plan);
     let needs_tokens = plan
         .tokens
         .iter()
@@ -140,12 +122,7 @@ async fn provision_cmd(args: ProvisionArgs) -> Result<ExitCode> {
         println!("some seats need attention to their token (see above)");
     }
     if args.dry_run {
-        println!("dry run: nothing was changed");
-        return Ok(if plan.blocked() {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
+        return Ok(out.dry_run(plan.blocked()));
     }
     if plan.changes() == 0 && !plan.blocked() {
         return Ok(ExitCode::SUCCESS);
@@ -162,9 +139,5 @@ async fn provision_cmd(args: ProvisionArgs) -> Result<ExitCode> {
             file.path().display()
         );
     }
-    Ok(if report.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(report.failed()))
 }

@@ -15,6 +15,8 @@ use crewlet_integrations::slack::{
     Action, EnvStore, Options, SlackClient, default_env_file, default_state_file, provision,
 };
 
+use super::provisioning::{exit_code, runtime};
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -61,10 +63,7 @@ pub struct ProvisionArgs {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     match args.cmd {
         SlackCommand::Provision(a) => runtime.block_on(provision_cmd(a)),
     }
@@ -133,9 +132,5 @@ async fn provision_cmd(args: ProvisionArgs) -> Result<ExitCode> {
             options.state_file.display()
         );
     }
-    Ok(if report.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(report.failed()))
 }

@@ -20,15 +20,17 @@ mod apply;
 mod display;
 mod hooks;
 
-use std::collections::HashMap;
 use std::fmt;
 
 use crewlet_config::Company;
 
 use super::client::{GitlabClient, Space};
 use super::seats::{self, EnvLookup, SeatSpec, Settings, TokenRef};
+use crate::provision::vars::{Owners, VarRules, recorded};
+use crate::provision::{SeatAction, require_admin_token};
 
-pub use apply::{HookOutcome, MintedToken, Outcome, Report, SeatOutcome, apply};
+pub use crate::provision::{MintedToken, Outcome, ProvisionError, SeatOutcome};
+pub use apply::{HookOutcome, Report, apply};
 
 /// The operator's credential: never a seat's variable.
 pub const ADMIN_TOKEN_VAR: &str = "GITLAB_ADMIN_TOKEN";
@@ -67,17 +69,6 @@ impl Default for Options {
             rewrite_hooks: false,
         }
     }
-}
-
-/// Why nothing was done at all.
-#[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
-    /// The company file or the options do not allow a run.
-    #[error("{0}")]
-    Config(String),
-    /// The preflight found the instance or the credential unfit.
-    #[error("refusing to provision: {0}")]
-    Refused(String),
 }
 
 /// One change to make for a seat.
@@ -136,12 +127,15 @@ impl fmt::Display for Step {
 }
 
 /// What a run will do for one seat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    Steps(Vec<Step>),
-    Skip(String),
-    Fail(String),
-}
+pub type Action = SeatAction<Step>;
+
+/// How the seat variable rules read for a user's `integrations.gitlab.token`.
+const VAR_RULES: VarRules<'static> = VarRules {
+    field: "integrations.gitlab.token",
+    subject: "the token",
+    noun: "token",
+    admin_var: ADMIN_TOKEN_VAR,
+};
 
 /// One seat of the plan.
 #[derive(Debug, Clone)]
@@ -212,14 +206,7 @@ impl fmt::Debug for Plan {
 impl Plan {
     /// Changes planned: seat steps and hooks to create or update.
     pub fn changes(&self) -> usize {
-        let seats: usize = self
-            .seats
-            .iter()
-            .map(|s| match &s.action {
-                Action::Steps(steps) => steps.len(),
-                _ => 0,
-            })
-            .sum();
+        let seats: usize = self.seats.iter().map(|s| s.action.changes()).sum();
         let hooks = self
             .hooks
             .iter()
@@ -230,9 +217,7 @@ impl Plan {
 
     /// Whether a seat or a hook is planned to fail.
     pub fn fails(&self) -> bool {
-        self.seats
-            .iter()
-            .any(|s| matches!(s.action, Action::Fail(_)))
+        self.seats.iter().any(|s| s.action.fails())
             || self
                 .hooks
                 .iter()
@@ -247,11 +232,7 @@ pub fn admin_client(
     env: EnvLookup<'_>,
 ) -> Result<GitlabClient, ProvisionError> {
     let settings = seats::settings(company, env).map_err(ProvisionError::Config)?;
-    if admin_token.trim().is_empty() {
-        return Err(ProvisionError::Config(format!(
-            "no admin token: pass --admin-token or set {ADMIN_TOKEN_VAR}"
-        )));
-    }
+    require_admin_token(admin_token, ADMIN_TOKEN_VAR)?;
     GitlabClient::new(&settings.url, admin_token).map_err(|e| ProvisionError::Config(e.to_string()))
 }
 
@@ -297,13 +278,10 @@ pub async fn plan(
     .to_string();
     plan.webhook_token = settings.webhook_token.clone().ok();
 
-    // Each variable belongs to one seat: the first to name it.
-    let mut owners: HashMap<String, String> = HashMap::new();
+    let mut owners = Owners::default();
     for spec in &specs {
         if let TokenRef::Var(var) = &spec.token {
-            owners
-                .entry(var.clone())
-                .or_insert_with(|| spec.handle.clone());
+            owners.claim(var, &spec.handle);
         }
         if !options.handles.is_empty() && !options.handles.contains(&spec.handle) {
             continue;
@@ -388,10 +366,7 @@ async fn preflight(admin: &GitlabClient, settings: &Settings) -> Result<Plan, Pr
 
 /// The seat's token variable (`None`: a literal token), or why it cannot
 /// be provisioned.
-fn seat_checks(
-    spec: &SeatSpec,
-    owners: &HashMap<String, String>,
-) -> Result<Option<String>, Action> {
+fn seat_checks(spec: &SeatSpec, owners: &Owners) -> Result<Option<String>, Action> {
     if let Err(e) = &spec.username {
         return Err(Action::Fail(e.clone()));
     }
@@ -403,29 +378,13 @@ fn seat_checks(
     }
     let var = match &spec.token {
         TokenRef::Literal => return Ok(None),
-        TokenRef::Empty => {
-            return Err(Action::Fail(
-                "integrations.gitlab.token is not set: make it a ${VAR} for provisioning to fill"
-                    .into(),
-            ));
-        }
-        TokenRef::Mixed => {
-            return Err(Action::Fail(
-                "integrations.gitlab.token mixes text and ${VAR}s: make it one whole ${VAR}".into(),
-            ));
-        }
+        TokenRef::Empty => return Err(Action::Fail(VAR_RULES.empty())),
+        TokenRef::Mixed => return Err(Action::Fail(VAR_RULES.mixed())),
         TokenRef::Var(var) => var.clone(),
     };
-    if var == ADMIN_TOKEN_VAR {
-        return Err(Action::Fail(format!(
-            "the token names {ADMIN_TOKEN_VAR}, the operator's credential: give the seat its own variable"
-        )));
-    }
-    if let Some(owner) = owners.get(&var).filter(|o| **o != spec.handle) {
-        return Err(Action::Fail(format!(
-            "{var} is already the token of seat `{owner}`: give each seat its own variable"
-        )));
-    }
+    VAR_RULES
+        .check(&var, &spec.handle, owners)
+        .map_err(Action::Fail)?;
     Ok(Some(var))
 }
 
@@ -506,10 +465,7 @@ async fn plan_seat(
             .push("the token is written in the company file: not checked or replaced".into());
         return Action::Steps(steps);
     };
-    let recorded = env(&var)
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty());
-    match recorded {
+    match recorded(env, &var) {
         None => steps.push(Step::Mint {
             why: format!("{var} is not set"),
             var,

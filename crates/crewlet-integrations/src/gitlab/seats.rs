@@ -3,10 +3,10 @@
 //! seat its username and where its token lives.
 
 use crewlet_config::{Company, GitlabIntegration, Unit};
-use crewlet_config::{has_references, interpolate, references};
+use crewlet_config::{has_references, interpolate};
 
-/// A variable lookup: the env file, then the process environment.
-pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub use crate::provision::vars::EnvLookup;
+use crate::provision::vars::whole_var;
 
 /// GitLab's access levels by name.
 const LEVELS: [(&str, u32); 6] = [
@@ -78,9 +78,9 @@ impl TokenRef {
         if !has_references(raw) {
             return TokenRef::Literal;
         }
-        match references(raw).as_slice() {
-            [var] if raw == format!("${{{var}}}") => TokenRef::Var((*var).to_owned()),
-            _ => TokenRef::Mixed,
+        match whole_var(raw) {
+            Some(var) => TokenRef::Var(var),
+            None => TokenRef::Mixed,
         }
     }
 }

@@ -20,7 +20,8 @@ pub use inbound::{Addressed, SeatAccount, SeatPost, Verdict, classify, names};
 pub use socket::{SeatInbox, SeatSocket, SocketOptions, SocketStatus};
 
 pub mod doctor;
-pub mod envfile;
+/// The env file moved to [`crate::provision::envfile`]; its old path stays.
+pub use crate::provision::envfile;
 pub mod provision;
 mod seats;
 

@@ -25,8 +25,11 @@ use serde_json::Value;
 use super::client::{MattermostClient, MattermostError};
 use super::seats::{self, EnvLookup, SeatSpec, TokenRef};
 use super::wire::Bot;
+use crate::provision::vars::{Owners, VarRules, recorded};
+use crate::provision::{SeatAction, require_admin_token};
 
-pub use apply::{MintedToken, Outcome, Report, SeatOutcome, apply};
+pub use crate::provision::{MintedToken, Outcome, ProvisionError, SeatOutcome};
+pub use apply::{Report, apply};
 
 /// The description of every token provisioning mints.
 pub const TOKEN_DESCRIPTION: &str = "crewlet-engine";
@@ -42,17 +45,6 @@ pub struct Options {
     pub handles: Vec<String>,
     /// Disable these seats' bots and revoke their tokens.
     pub decommission: Vec<String>,
-}
-
-/// Why nothing was done at all.
-#[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
-    /// The company file or the options do not allow a run.
-    #[error("{0}")]
-    Config(String),
-    /// The preflight found the server or the credential unfit.
-    #[error("refusing to provision: {0}")]
-    Refused(String),
 }
 
 /// One change to make for a seat.
@@ -95,12 +87,15 @@ impl fmt::Display for Step {
 }
 
 /// What a run will do for one seat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    Steps(Vec<Step>),
-    Skip(String),
-    Fail(String),
-}
+pub type Action = SeatAction<Step>;
+
+/// How the seat variable rules read for a bot's `bot_token`.
+const VAR_RULES: VarRules<'static> = VarRules {
+    field: "bot_token",
+    subject: "bot_token",
+    noun: "bot_token",
+    admin_var: ADMIN_TOKEN_VAR,
+};
 
 /// One seat of the plan.
 #[derive(Clone)]
@@ -154,20 +149,18 @@ pub struct Plan {
 impl Plan {
     /// Changes planned (steps and decommissioning).
     pub fn changes(&self) -> usize {
-        let seats: usize = self
-            .seats
-            .iter()
-            .map(|s| match &s.action {
-                Action::Steps(steps) => steps.len(),
-                _ => 0,
-            })
-            .sum();
+        let seats: usize = self.seats.iter().map(|s| s.action.changes()).sum();
         let retire: usize = self
             .retire
             .iter()
             .map(|r| usize::from(r.disable) + r.tokens.len())
             .sum();
         seats + retire
+    }
+
+    /// Whether a seat is planned to fail.
+    pub fn fails(&self) -> bool {
+        self.seats.iter().any(|s| s.action.fails())
     }
 }
 
@@ -179,11 +172,7 @@ pub fn admin_client(
 ) -> Result<MattermostClient, ProvisionError> {
     let mm = seats::enabled(company).map_err(ProvisionError::Config)?;
     let url = seats::server_url(mm, env).map_err(ProvisionError::Config)?;
-    if admin_token.trim().is_empty() {
-        return Err(ProvisionError::Config(format!(
-            "no admin token: pass --admin-token or set {ADMIN_TOKEN_VAR}"
-        )));
-    }
+    require_admin_token(admin_token, ADMIN_TOKEN_VAR)?;
     MattermostClient::new(&url, admin_token.trim())
         .map_err(|e| ProvisionError::Config(e.to_string()))
 }
@@ -225,8 +214,7 @@ pub async fn plan(
         .collect();
     let find = |username: &str| bots.get(&username.to_ascii_lowercase());
 
-    // Each variable belongs to one seat: the first to name it.
-    let mut owners: HashMap<String, String> = HashMap::new();
+    let mut owners = Owners::default();
     let mut channels: HashMap<String, Result<String, String>> = HashMap::new();
     for spec in &specs {
         if options.decommission.contains(&spec.handle) {
@@ -236,9 +224,7 @@ pub async fn plan(
             continue;
         }
         if let TokenRef::Var(var) = &spec.token {
-            owners
-                .entry(var.clone())
-                .or_insert_with(|| spec.handle.clone());
+            owners.claim(var, &spec.handle);
         }
         if !options.handles.is_empty() && !options.handles.contains(&spec.handle) {
             continue;
@@ -343,34 +329,19 @@ async fn seat_action(
     admin: &MattermostClient,
     plan: &Plan,
     spec: &SeatSpec,
-    owners: &HashMap<String, String>,
+    owners: &Owners,
     channels: &mut HashMap<String, Result<String, String>>,
     env: EnvLookup<'_>,
 ) -> Result<SeatBot, Action> {
     let var = match &spec.token {
         TokenRef::Literal(_) => return Err(Action::Skip("manual token".into())),
-        TokenRef::Empty => {
-            return Err(Action::Fail(
-                "bot_token is not set: make it a ${VAR} for provisioning to fill".into(),
-            ));
-        }
-        TokenRef::Mixed(_) => {
-            return Err(Action::Fail(
-                "bot_token mixes text and ${VAR}s: make it one whole ${VAR}".into(),
-            ));
-        }
+        TokenRef::Empty => return Err(Action::Fail(VAR_RULES.empty())),
+        TokenRef::Mixed(_) => return Err(Action::Fail(VAR_RULES.mixed())),
         TokenRef::Var(var) => var.clone(),
     };
-    if var == ADMIN_TOKEN_VAR {
-        return Err(Action::Fail(format!(
-            "bot_token names {ADMIN_TOKEN_VAR}, the operator's credential: give the seat its own variable"
-        )));
-    }
-    if let Some(owner) = owners.get(&var).filter(|o| **o != spec.handle) {
-        return Err(Action::Fail(format!(
-            "{var} is already the bot_token of seat `{owner}`: give each seat its own variable"
-        )));
-    }
+    VAR_RULES
+        .check(&var, &spec.handle, owners)
+        .map_err(Action::Fail)?;
     let username = spec
         .username
         .clone()
@@ -405,9 +376,7 @@ async fn seat_action(
     if !missing.is_empty() {
         return Err(Action::Fail(missing.join("; ")));
     }
-    let recorded = env(&var)
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty());
+    let recorded = recorded(env, &var);
     Ok(SeatBot {
         var,
         channels: ids,

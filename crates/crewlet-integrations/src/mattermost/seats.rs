@@ -2,12 +2,11 @@
 //! provisioning and the doctor both read it: the server, the bot's
 //! username and display name, its channels and where its token lives.
 
-use crewlet_config::{Company, MattermostIntegration, has_references, interpolate, references};
+use crewlet_config::{Company, MattermostIntegration, has_references, interpolate};
 
 use super::client::normalize_url;
-
-/// A variable lookup: the env file, then the process environment.
-pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub use crate::provision::vars::EnvLookup;
+use crate::provision::vars::whole_var;
 
 /// Where a seat's `bot_token` comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -42,9 +41,9 @@ impl TokenRef {
         if !has_references(raw) {
             return TokenRef::Literal(raw.to_owned());
         }
-        match references(raw).as_slice() {
-            [var] if raw == format!("${{{var}}}") => TokenRef::Var((*var).to_owned()),
-            _ => TokenRef::Mixed(raw.to_owned()),
+        match whole_var(raw) {
+            Some(var) => TokenRef::Var(var),
+            None => TokenRef::Mixed(raw.to_owned()),
         }
     }
 

@@ -7,7 +7,7 @@ use std::fmt;
 
 use super::client::PlaneClient;
 use super::provision::{MemberState, Plan, ProjectState, WebhookPlan, role_number};
-use crate::mattermost::envfile::TokenSink;
+use crate::provision::envfile::TokenSink;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]

@@ -28,12 +28,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crewlet_config::{Company, Unit, has_references, references};
+use crewlet_config::{Company, Unit};
 
 use super::client::{Member, PlaneClient, Project};
 use crate::knowledge::creds::expand;
 
 pub use super::apply::{Report, apply};
+pub use crate::provision::ProvisionError;
 
 /// Where the API receives Plane webhooks.
 pub const WEBHOOK_PATH: &str = "/webhooks/plane";
@@ -45,15 +46,6 @@ pub const PROVISION_TOKEN_VAR: &str = "PLANE_PROVISION_TOKEN";
 pub struct Options {
     /// The API's public URL; the webhook is managed only when it is given.
     pub base_url: Option<String>,
-}
-
-/// Why nothing was done at all.
-#[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
-    #[error("{0}")]
-    Config(String),
-    #[error("refusing to provision: {0}")]
-    Refused(String),
 }
 
 /// Plane's project role number for `role`.
@@ -267,14 +259,7 @@ fn unit_projects(units: &[Unit], out: &mut HashMap<String, Vec<String>>) {
 
 /// The `${VAR}` that is the whole of `raw`, if it is one.
 pub fn whole_var(raw: Option<&str>) -> Option<String> {
-    let raw = raw?.trim();
-    if !has_references(raw) {
-        return None;
-    }
-    match references(raw).as_slice() {
-        [var] if raw == format!("${{{var}}}") => Some((*var).to_owned()),
-        _ => None,
-    }
+    crate::provision::vars::whole_var(raw?)
 }
 
 fn seats(

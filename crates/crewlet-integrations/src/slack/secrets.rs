@@ -18,7 +18,7 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 use super::api::{SlackClient, SlackError};
-use crate::mattermost::envfile::EnvFile;
+use crate::provision::envfile::EnvFile;
 
 pub const CONFIG_TOKEN_VAR: &str = "SLACK_CONFIG_TOKEN";
 pub const CONFIG_REFRESH_TOKEN_VAR: &str = "SLACK_CONFIG_REFRESH_TOKEN";

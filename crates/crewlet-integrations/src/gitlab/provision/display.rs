@@ -2,14 +2,8 @@
 
 use std::fmt;
 
-use super::{Action, HookAction, Outcome, Plan, Report};
-
-/// Column widths for a table of seats.
-fn widths<'a>(rows: impl Iterator<Item = (&'a str, &'a str)>) -> (usize, usize) {
-    rows.fold((6, 10), |(h, u), (handle, username)| {
-        (h.max(handle.len()), u.max(username.len() + 1))
-    })
-}
+use super::{HookAction, Outcome, Plan, Report};
+use crate::provision::display::{SeatTable, planned};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -22,27 +16,14 @@ impl fmt::Display for Plan {
         for note in &self.notes {
             writeln!(f, "note: {note}")?;
         }
-        let (hw, uw) = widths(
+        let table = SeatTable::new(
             self.seats
                 .iter()
                 .map(|s| (s.handle.as_str(), s.username.as_str())),
         );
         for seat in &self.seats {
-            let what = match &seat.action {
-                Action::Steps(steps) if steps.is_empty() => "nothing to do".to_owned(),
-                Action::Steps(steps) => steps
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                Action::Skip(why) => format!("skip: {why}"),
-                Action::Fail(why) => format!("FAIL: {why}"),
-            };
-            let user = format!("@{}", seat.username);
-            writeln!(f, "  {:hw$}  {user:uw$}  {what}", seat.handle)?;
-            for note in &seat.notes {
-                writeln!(f, "  {:hw$}  {:uw$}  note: {note}", "", "")?;
-            }
+            let what = seat.action.summary();
+            table.row(f, &seat.handle, &seat.username, &what, &seat.notes)?;
         }
         for hook in &self.hooks {
             let what = match &hook.action {
@@ -53,39 +34,15 @@ impl fmt::Display for Plan {
             };
             writeln!(f, "  {} {}: {what}", hook.space.noun(), hook.path)?;
         }
-        match self.changes() {
-            0 => write!(f, "nothing to change"),
-            n => write!(f, "{n} change(s) planned"),
-        }
+        planned(f, self.changes())
     }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (hw, uw) = widths(
-            self.seats
-                .iter()
-                .map(|s| (s.handle.as_str(), s.username.as_str())),
-        );
+        let table = SeatTable::of(&self.seats);
         for seat in &self.seats {
-            let mut what = seat.done.join(", ");
-            let tail = match &seat.outcome {
-                Outcome::Ok if seat.done.is_empty() => "ok".to_owned(),
-                Outcome::Ok => String::new(),
-                Outcome::Skipped(why) => format!("skipped: {why}"),
-                Outcome::Failed(why) => format!("FAILED: {why}"),
-            };
-            if !tail.is_empty() {
-                if !what.is_empty() {
-                    what.push_str("; ");
-                }
-                what.push_str(&tail);
-            }
-            let user = format!("@{}", seat.username);
-            writeln!(f, "  {:hw$}  {user:uw$}  {what}", seat.handle)?;
-            for note in &seat.notes {
-                writeln!(f, "  {:hw$}  {:uw$}  note: {note}", "", "")?;
-            }
+            table.outcome(f, seat)?;
         }
         for hook in &self.hooks {
             let what = match (&hook.outcome, &hook.done) {
@@ -96,16 +53,8 @@ impl fmt::Display for Report {
             };
             writeln!(f, "  {}: {what}", hook.target)?;
         }
-        let failed = self
-            .seats
-            .iter()
-            .filter(|s| matches!(s.outcome, Outcome::Failed(_)))
-            .count();
-        let hooks_failed = self
-            .hooks
-            .iter()
-            .filter(|h| matches!(h.outcome, Outcome::Failed(_)))
-            .count();
+        let failed = self.seats.iter().filter(|s| s.outcome.is_failed()).count();
+        let hooks_failed = self.hooks.iter().filter(|h| h.outcome.is_failed()).count();
         let changed = self.seats.iter().filter(|s| !s.done.is_empty()).count();
         if self.seats.is_empty() && self.hooks.is_empty() {
             write!(f, "nothing to provision")

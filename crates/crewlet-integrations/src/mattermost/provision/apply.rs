@@ -1,57 +1,12 @@
 //! [`apply`]: carry out a [`Plan`], seat by seat, and report what was done.
 
-use std::fmt;
-
 use super::super::client::MattermostClient;
-use super::super::envfile::TokenSink;
 use super::{
-    Action, BOT_DESCRIPTION, Plan, RetirePlan, SeatPlan, Step, TOKEN_DESCRIPTION, TokenCheck,
-    check_token,
+    BOT_DESCRIPTION, Plan, RetirePlan, SeatPlan, Step, TOKEN_DESCRIPTION, TokenCheck, check_token,
 };
-
-/// A token minted in this run. Its value prints nowhere on its own.
-#[derive(Clone)]
-pub struct MintedToken {
-    pub handle: String,
-    pub var: String,
-    value: String,
-}
-
-impl MintedToken {
-    /// The token itself, for `--print`.
-    pub fn value(&self) -> &str {
-        &self.value
-    }
-}
-
-impl fmt::Debug for MintedToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MintedToken")
-            .field("handle", &self.handle)
-            .field("var", &self.var)
-            .finish_non_exhaustive()
-    }
-}
-
-/// How a seat ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    Skipped(String),
-    Failed(String),
-}
-
-/// What was done for one seat.
-#[derive(Debug, Clone)]
-pub struct SeatOutcome {
-    pub handle: String,
-    pub username: String,
-    /// `created`, `enabled`, `renamed`, `joined team`, `joined ~x`,
-    /// `minted token into VAR`, `disabled`, `revoked N token(s)`, ...
-    pub done: Vec<String>,
-    pub notes: Vec<String>,
-    pub outcome: Outcome,
-}
+use crate::provision::envfile::TokenSink;
+use crate::provision::outcome::{any_changed, any_failed, record_token, revoked_again};
+use crate::provision::{MintedToken, Outcome, SeatOutcome};
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -62,14 +17,12 @@ pub struct Report {
 
 impl Report {
     pub fn failed(&self) -> bool {
-        self.seats
-            .iter()
-            .any(|s| matches!(s.outcome, Outcome::Failed(_)))
+        any_failed(&self.seats)
     }
 
     /// Whether anything on the server or in the env file changed.
     pub fn changed(&self) -> bool {
-        self.seats.iter().any(|s| !s.done.is_empty())
+        any_changed(&self.seats)
     }
 }
 
@@ -83,17 +36,10 @@ pub async fn apply(
 ) -> Report {
     let mut report = Report::default();
     for seat in &plan.seats {
-        let mut out = SeatOutcome {
-            handle: seat.handle.clone(),
-            username: seat.username.clone(),
-            done: Vec::new(),
-            notes: seat.notes.clone(),
-            outcome: Outcome::Ok,
-        };
-        out.outcome = match &seat.action {
-            Action::Skip(why) => Outcome::Skipped(why.clone()),
-            Action::Fail(why) => Outcome::Failed(why.clone()),
-            Action::Steps(steps) => {
+        let mut out = SeatOutcome::new(&seat.handle, &seat.username, seat.notes.clone());
+        out.outcome = match seat.action.start() {
+            Err(ended) => ended,
+            Ok(steps) => {
                 let mut run = SeatRun {
                     admin,
                     plan,
@@ -215,28 +161,21 @@ impl SeatRun<'_> {
             .mint_token(&uid, TOKEN_DESCRIPTION)
             .await
             .map_err(|e| format!("cannot mint a token: {e}"))?;
-        let recorded = if token.token.is_empty() {
-            Err("the server returned no token value".to_owned())
-        } else {
-            self.sink.record(var, &token.token)
-        };
+        let recorded = record_token(
+            &mut *self.sink,
+            var,
+            &token.token,
+            "the server returned no token value",
+        );
         if let Err(why) = recorded {
             if token.id.is_empty() {
                 return Err(format!("{why}; the minted token has no id to revoke it by"));
             }
-            return Err(match self.admin.revoke_token(&token.id).await {
-                Ok(()) => format!("{why}; the minted token was revoked again"),
-                Err(e) => format!(
-                    "{why}; revoking the minted token {} failed too ({e}): revoke it by hand",
-                    token.id
-                ),
-            });
+            let revoked = self.admin.revoke_token(&token.id).await;
+            return Err(revoked_again(&why, &token.id, revoked));
         }
-        self.minted.push(MintedToken {
-            handle: self.seat.handle.clone(),
-            var: var.to_owned(),
-            value: token.token,
-        });
+        self.minted
+            .push(MintedToken::new(&self.seat.handle, var, token.token));
         self.done(format!("minted token into {var}"));
         Ok(())
     }
@@ -261,13 +200,7 @@ async fn retire(
     r: &RetirePlan,
     on_step: &mut dyn FnMut(&str, &str),
 ) -> SeatOutcome {
-    let mut out = SeatOutcome {
-        handle: r.handle.clone(),
-        username: r.username.clone(),
-        done: Vec::new(),
-        notes: Vec::new(),
-        outcome: Outcome::Ok,
-    };
+    let mut out = SeatOutcome::new(&r.handle, &r.username, Vec::new());
     if let Some(why) = &r.fail {
         out.outcome = Outcome::Failed(why.clone());
         return out;

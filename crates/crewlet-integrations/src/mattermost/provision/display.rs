@@ -2,14 +2,8 @@
 
 use std::fmt;
 
-use super::{Action, Outcome, Plan, Report, SeatOutcome};
-
-/// Column widths for a table of seats.
-fn widths<'a>(rows: impl Iterator<Item = (&'a str, &'a str)>) -> (usize, usize) {
-    rows.fold((6, 10), |(h, u), (handle, username)| {
-        (h.max(handle.len()), u.max(username.len() + 1))
-    })
-}
+use super::{Plan, Report, SeatOutcome};
+use crate::provision::display::{SeatTable, planned};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -21,7 +15,7 @@ impl fmt::Display for Plan {
         for note in &self.notes {
             writeln!(f, "note: {note}")?;
         }
-        let (hw, uw) = widths(
+        let table = SeatTable::new(
             self.seats
                 .iter()
                 .map(|s| (s.handle.as_str(), s.username.as_str()))
@@ -32,21 +26,8 @@ impl fmt::Display for Plan {
                 ),
         );
         for seat in &self.seats {
-            let what = match &seat.action {
-                Action::Steps(steps) if steps.is_empty() => "nothing to do".to_owned(),
-                Action::Steps(steps) => steps
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                Action::Skip(why) => format!("skip: {why}"),
-                Action::Fail(why) => format!("FAIL: {why}"),
-            };
-            let user = format!("@{}", seat.username);
-            writeln!(f, "  {:hw$}  {user:uw$}  {what}", seat.handle)?;
-            for note in &seat.notes {
-                writeln!(f, "  {:hw$}  {:uw$}  note: {note}", "", "")?;
-            }
+            let what = seat.action.summary();
+            table.row(f, &seat.handle, &seat.username, &what, &seat.notes)?;
         }
         for r in &self.retire {
             let what = match (&r.fail, r.user_id.is_some()) {
@@ -66,46 +47,21 @@ impl fmt::Display for Plan {
                     format!("decommission: {}", parts.join(", "))
                 }
             };
-            let user = format!("@{}", r.username);
-            writeln!(f, "  {:hw$}  {user:uw$}  {what}", r.handle)?;
+            table.row(f, &r.handle, &r.username, &what, &[])?;
         }
-        match self.changes() {
-            0 => write!(f, "nothing to change"),
-            n => write!(f, "{n} change(s) planned"),
-        }
+        planned(f, self.changes())
     }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (hw, uw) = widths(
-            self.seats
-                .iter()
-                .map(|s| (s.handle.as_str(), s.username.as_str())),
-        );
+        let table = SeatTable::of(&self.seats);
         for seat in &self.seats {
-            let mut what = seat.done.join(", ");
-            let tail = match &seat.outcome {
-                Outcome::Ok if seat.done.is_empty() => "ok".to_owned(),
-                Outcome::Ok => String::new(),
-                Outcome::Skipped(why) => format!("skipped: {why}"),
-                Outcome::Failed(why) => format!("FAILED: {why}"),
-            };
-            if !tail.is_empty() {
-                if !what.is_empty() {
-                    what.push_str("; ");
-                }
-                what.push_str(&tail);
-            }
-            let user = format!("@{}", seat.username);
-            writeln!(f, "  {:hw$}  {user:uw$}  {what}", seat.handle)?;
-            for note in &seat.notes {
-                writeln!(f, "  {:hw$}  {:uw$}  note: {note}", "", "")?;
-            }
+            table.outcome(f, seat)?;
         }
         let count = |p: fn(&SeatOutcome) -> bool| self.seats.iter().filter(|s| p(s)).count();
-        let failed = count(|s| matches!(s.outcome, Outcome::Failed(_)));
-        let skipped = count(|s| matches!(s.outcome, Outcome::Skipped(_)));
+        let failed = count(|s| s.outcome.is_failed());
+        let skipped = count(|s| s.outcome.is_skipped());
         let changed = count(|s| !s.done.is_empty());
         if self.seats.is_empty() {
             write!(f, "no seat to provision")
