@@ -233,10 +233,8 @@ impl KnowledgeSearcher for ConfluenceSearcher {
     }
 
     fn can_search(&self, seat: &str) -> bool {
-        match self.auth(seat) {
-            Some((_, own)) => own || !self.scope.is_empty(),
-            None => false,
-        }
+        self.auth(seat)
+            .is_some_and(|(_, own)| super::may_search(own, !self.scope.is_empty()))
     }
 
     async fn search(
@@ -249,7 +247,8 @@ impl KnowledgeSearcher for ConfluenceSearcher {
         let Some((auth, own)) = self.auth(seat) else {
             return Vec::new();
         };
-        if (!own && self.scope.is_empty()) || query.trim().is_empty() || limit == 0 {
+        if !super::may_search(own, !self.scope.is_empty()) || query.trim().is_empty() || limit == 0
+        {
             return Vec::new();
         }
         let cql = build_cql(query, &self.scope);

@@ -84,6 +84,12 @@ pub trait KnowledgeSearcher: Send + Sync {
     ) -> Vec<KnowledgeHit>;
 }
 
+/// The scope rule every backend keeps: a seat searching with its own
+/// credentials may search unscoped; on the org token only within a scope.
+pub(crate) fn may_search(own_credentials: bool, scoped: bool) -> bool {
+    own_credentials || scoped
+}
+
 /// Whether `hit` sits under one of `exclude` (case-insensitive titles).
 pub fn excluded(hit: &KnowledgeHit, exclude: &[String]) -> bool {
     hit.ancestors.iter().any(|a| {

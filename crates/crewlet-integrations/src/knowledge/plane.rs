@@ -295,10 +295,8 @@ impl KnowledgeSearcher for PlaneSearcher {
     }
 
     fn can_search(&self, seat: &str) -> bool {
-        match self.token(seat) {
-            Some((_, own)) => own || !self.scope.is_empty(),
-            None => false,
-        }
+        self.token(seat)
+            .is_some_and(|(_, own)| super::may_search(own, !self.scope.is_empty()))
     }
 
     async fn search(
@@ -311,7 +309,8 @@ impl KnowledgeSearcher for PlaneSearcher {
         let Some((token, own)) = self.token(seat) else {
             return Vec::new();
         };
-        if (!own && self.scope.is_empty()) || query.trim().is_empty() || limit == 0 {
+        if !super::may_search(own, !self.scope.is_empty()) || query.trim().is_empty() || limit == 0
+        {
             return Vec::new();
         }
         let client = PlaneClient::with_http(self.http.clone(), &self.url, &self.workspace, token);
