@@ -140,6 +140,9 @@ event_types! {
     LlmUnavailable = "llm_unavailable" => System,
     ProviderFallback = "provider_fallback" => System,
     McpServerFailed = "mcp_server_failed" => System,
+    ToolSkillBlocked = "phase.tool_skill_blocked" => System,
+    ToolActivated = "phase.tool_activated" => System,
+    ExecuteMissingTool = "execute.missing_tool" => System,
     ConfigRevisionActivated = "config_revision_activated" => System,
     // communication
     MessageSent = "message_sent" => Communication,

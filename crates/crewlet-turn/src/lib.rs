@@ -64,6 +64,7 @@ mod recall;
 mod registry;
 pub mod sanitize;
 mod seat;
+pub mod skills;
 mod tool;
 mod tool_loop;
 mod usage;
@@ -83,11 +84,13 @@ pub use events::{CountingEventSink, EventSink, MemoryEventSink};
 pub use recall::{MemorySection, NoRecall, Recall, RecallRequest};
 pub use registry::{ToolRegistry, Visibility};
 pub use seat::{Colleague, CompanyProfile, SeatProfile, Trigger};
+pub use skills::{CatalogueEntry, SkillTrigger, ToolSkill, ToolSkills};
 pub use tool::{
     Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput, slim_tool_spec, tool_spec,
 };
 pub use tool_loop::{
-    LoopEnd, LoopEnv, LoopOutcome, LoopRequest, LoopStats, MAX_CALLS_PER_ROUND, ProgressObserver,
-    Terminator, ToolExecution, ToolSelection, run_tool_loop,
+    ACTIVATE_TOOL, LIST_MCP_SERVER_TOOLS, LoopEnd, LoopEnv, LoopNotice, LoopOutcome, LoopRequest,
+    LoopStats, MAX_CALLS_PER_ROUND, MetaTools, ProgressObserver, Terminator, ToolExecution,
+    ToolSelection, run_tool_loop,
 };
 pub use usage::{AgentTokenUsage, TokenUsage, UsageSummary, UsageTracker};

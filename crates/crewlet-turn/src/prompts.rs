@@ -11,6 +11,7 @@
 //! `## Behavioural guidelines`, `## Reporting line`, `# Phase: <phase>`,
 //! `# Trigger`, the seat's memory sections (Plan: `## Personal memory`,
 //! `## Similar prior work`, ... as [`crate::Recall`] returns them),
+//! `## Tool skills` (each phase, when a skill applies),
 //! `## Tool catalogue` (Plan), `## Work so far` (Plan after a
 //! self-iteration), `## The plan` (Execute, Review), `## What was done`
 //! (Review). A section with nothing to say is left out.
@@ -46,18 +47,22 @@ pub enum PhaseBrief<'a> {
     Plan {
         /// (name, one-line description) of every tool the seat has.
         catalogue: &'a [(String, String)],
+        /// The `## Tool skills` section, empty when there is none.
+        skills: &'a str,
         /// What the seat remembers, frozen at turn start.
         memory: &'a [MemorySection],
         prior: &'a [PriorIteration],
     },
     Execute {
         plan: &'a Plan,
+        skills: &'a str,
         /// Sections fetched after the plan (the thin-trigger knowledge
         /// re-fetch), empty when there are none.
         memory: &'a [MemorySection],
     },
     Review {
         plan: &'a Plan,
+        skills: &'a str,
         execution: &'a ExecutionRecord,
     },
 }
@@ -180,6 +185,12 @@ fn plan_summary(out: &mut String, plan: &Plan) {
     }
 }
 
+fn push_skills(out: &mut String, skills: &str) {
+    if !skills.trim().is_empty() {
+        let _ = writeln!(out, "\n{}", skills.trim_end());
+    }
+}
+
 /// The per-turn block: trigger and the phase's material.
 pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
     let mut out = String::with_capacity(1024);
@@ -197,6 +208,7 @@ pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
     match brief {
         PhaseBrief::Plan {
             catalogue,
+            skills,
             memory,
             prior,
         } => {
@@ -205,6 +217,7 @@ pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
                     let _ = writeln!(out, "\n{}\n{}", section.heading.trim(), section.body.trim());
                 }
             }
+            push_skills(&mut out, skills);
             if !catalogue.is_empty() {
                 let _ = writeln!(out, "\n## Tool catalogue");
                 for (name, description) in catalogue.iter() {
@@ -233,16 +246,26 @@ pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
                 }
             }
         }
-        PhaseBrief::Execute { plan, memory } => {
+        PhaseBrief::Execute {
+            plan,
+            skills,
+            memory,
+        } => {
             plan_summary(&mut out, plan);
+            push_skills(&mut out, skills);
             for section in memory.iter() {
                 if !section.body.trim().is_empty() {
                     let _ = writeln!(out, "\n{}\n{}", section.heading.trim(), section.body.trim());
                 }
             }
         }
-        PhaseBrief::Review { plan, execution } => {
+        PhaseBrief::Review {
+            plan,
+            skills,
+            execution,
+        } => {
             plan_summary(&mut out, plan);
+            push_skills(&mut out, skills);
             let _ = writeln!(out, "\n## What was done");
             if execution.tool_executions.is_empty() {
                 let _ = writeln!(out, "No tools were called.");
@@ -368,6 +391,7 @@ mod tests {
             &seat(),
             &trigger(),
             &PhaseBrief::Plan {
+                skills: "",
                 catalogue: &catalogue,
                 memory: &[
                     MemorySection::new("## Personal memory", "- The deploy window is Tuesday."),
@@ -422,6 +446,7 @@ mod tests {
             &seat(),
             &trigger(),
             &PhaseBrief::Execute {
+                skills: "",
                 plan: &plan,
                 memory: &[],
             },
@@ -442,6 +467,7 @@ mod tests {
             &seat(),
             &trigger(),
             &PhaseBrief::Review {
+                skills: "",
                 plan: &plan,
                 execution: &record,
             },
@@ -473,6 +499,7 @@ mod tests {
             &seat(),
             &trigger(),
             &PhaseBrief::Execute {
+                skills: "",
                 plan: &plan,
                 memory: &[],
             },
@@ -483,6 +510,7 @@ mod tests {
             &seat(),
             &other,
             &PhaseBrief::Execute {
+                skills: "",
                 plan: &plan,
                 memory: &[],
             },

@@ -121,6 +121,12 @@ pub trait Tool: Send + Sync {
         ToolAnnotations::default()
     }
 
+    /// For a tool served by an MCP server: the server's name and the tool's
+    /// name there. `None` for built-in tools.
+    fn mcp_origin(&self) -> Option<(&str, &str)> {
+        None
+    }
+
     async fn invoke(
         &self,
         ctx: &ToolContext,

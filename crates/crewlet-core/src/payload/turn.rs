@@ -204,6 +204,37 @@ pub struct AgentTurnProgress {
     pub tool_executions: Vec<ToolExecution>,
 }
 
+/// `phase.tool_skill_blocked`: a call was held back until the required
+/// tool skills covering its tool are loaded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolSkillBlocked {
+    pub turn_id: Uuid,
+    pub phase: String,
+    pub iteration: u32,
+    pub tool: String,
+    /// Keys of the skills to load.
+    pub skills: Vec<String>,
+}
+
+/// `phase.tool_activated`: a phase made a tool of the seat's catalogue
+/// callable with `activate_tool` (in Execute: the plan missed it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolActivated {
+    pub turn_id: Uuid,
+    pub phase: String,
+    pub iteration: u32,
+    pub tool: String,
+}
+
+/// `execute.missing_tool`: Execute called a tool the seat does not have at
+/// all (a misspelt or invented name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecuteMissingTool {
+    pub turn_id: Uuid,
+    pub iteration: u32,
+    pub tool: String,
+}
+
 macro_rules! bind {
     ($($payload:ident => $event:ident),* $(,)?) => {
         $(impl EventPayload for $payload {
@@ -224,6 +255,9 @@ bind! {
     BudgetExhausted => BudgetExhausted,
     LlmUnavailable => LlmUnavailable,
     AgentTurnProgress => AgentTurnProgress,
+    ToolSkillBlocked => ToolSkillBlocked,
+    ToolActivated => ToolActivated,
+    ExecuteMissingTool => ExecuteMissingTool,
 }
 
 #[cfg(test)]

@@ -383,6 +383,10 @@ impl Tool for McpToolAdapter {
         self.annotations
     }
 
+    fn mcp_origin(&self) -> Option<(&str, &str)> {
+        Some((&self.server, &self.tool))
+    }
+
     async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         // The calling seat's own instance first: its credentials, never another's.
         let client = self

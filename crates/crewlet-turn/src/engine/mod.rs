@@ -36,8 +36,8 @@ pub use outcome::{FailureReason, GuardKind, PhaseRecord, TurnDecision, TurnFailu
 
 use self::ctx::{TurnCtx, TurnState};
 use crate::{
-    CompanyProfile, EventSink, NoRecall, Recall, SeatProfile, ToolRegistry, Trigger, UsageSummary,
-    UsageTracker,
+    CompanyProfile, EventSink, NoRecall, Recall, SeatProfile, ToolRegistry, ToolSkills, Trigger,
+    UsageSummary, UsageTracker,
 };
 
 /// Knobs of the turn engine (`turn_engine` in the company YAML).
@@ -90,6 +90,7 @@ pub struct TurnEngine {
     sink: Arc<dyn EventSink>,
     usage: Arc<UsageTracker>,
     recall: Arc<dyn Recall>,
+    skills: Arc<ToolSkills>,
     settings: TurnSettings,
 }
 
@@ -119,6 +120,7 @@ impl TurnEngine {
             sink,
             usage: Arc::new(UsageTracker::new()),
             recall: Arc::new(NoRecall),
+            skills: Arc::new(ToolSkills::new()),
             settings: TurnSettings::default(),
         }
     }
@@ -127,6 +129,17 @@ impl TurnEngine {
     pub fn with_recall(mut self, recall: Arc<dyn Recall>) -> Self {
         self.recall = recall;
         self
+    }
+
+    /// The company's tool skills (none by default); shared, so a re-sync
+    /// reaches running engines.
+    pub fn with_skills(mut self, skills: Arc<ToolSkills>) -> Self {
+        self.skills = skills;
+        self
+    }
+
+    pub fn skills(&self) -> &Arc<ToolSkills> {
+        &self.skills
     }
 
     pub fn with_tools(mut self, tools: Arc<ToolRegistry>) -> Self {

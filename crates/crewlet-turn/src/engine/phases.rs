@@ -19,7 +19,7 @@ use super::report::Progress;
 use crate::decisions::{SUBMIT_PLAN, SUBMIT_REVIEW, submit_plan_spec, submit_review_spec};
 use crate::prompts::{self, ExecutionRecord, PhaseBrief, PriorIteration};
 use crate::tool_loop::{
-    LoopEnd, LoopEnv, LoopRequest, LoopStats, Terminator, ToolSelection, run_tool_loop,
+    LoopEnd, LoopEnv, LoopRequest, LoopStats, MetaTools, Terminator, ToolSelection, run_tool_loop,
 };
 use crate::{BudgetGate, BudgetLimits, Plan, Review, ReviewDecision, ToolContext, TurnError};
 
@@ -45,6 +45,8 @@ pub(super) trait PhaseWork: Sync {
 pub(super) struct PlanPhase<'a> {
     /// (name, one-line description) of every tool the seat has.
     pub catalogue: &'a [(String, String)],
+    /// The `## Tool skills` section (may be empty).
+    pub skills: &'a str,
     /// What the seat remembers (frozen at turn start).
     pub memory: &'a [crate::MemorySection],
     /// The iterations Review sent back, oldest first.
@@ -54,6 +56,8 @@ pub(super) struct PlanPhase<'a> {
 /// Execute: the tools the plan names, with a grace round at the cap.
 pub(super) struct ExecutePhase<'a> {
     pub plan: &'a Plan,
+    /// The `## Tool skills` section (may be empty).
+    pub skills: &'a str,
     /// Sections the recall fetched after the plan.
     pub memory: &'a [crate::MemorySection],
 }
@@ -61,6 +65,8 @@ pub(super) struct ExecutePhase<'a> {
 /// Review: read-only tools, ended by `submit_review`.
 pub(super) struct ReviewPhase<'a> {
     pub plan: &'a Plan,
+    /// The `## Tool skills` section (may be empty).
+    pub skills: &'a str,
     pub execution: &'a ExecutionRecord,
 }
 
@@ -80,6 +86,7 @@ impl Attempt<'_> {
         tools: ToolSelection,
         slim_tools: bool,
         terminators: Vec<Terminator<D>>,
+        meta: MetaTools,
         round_cap: u32,
         grace_round: bool,
     ) -> LoopRequest<D> {
@@ -90,6 +97,7 @@ impl Attempt<'_> {
             slim_tools,
             terminators,
             tool_choice: ToolChoice::Auto,
+            meta,
             round_cap,
             grace_round,
         }
@@ -103,6 +111,7 @@ impl PhaseWork for PlanPhase<'_> {
     fn brief(&self) -> PhaseBrief<'_> {
         PhaseBrief::Plan {
             catalogue: self.catalogue,
+            skills: self.skills,
             memory: self.memory,
             prior: self.prior,
         }
@@ -122,6 +131,10 @@ impl PhaseWork for PlanPhase<'_> {
             ToolSelection::ReadOnly,
             true,
             vec![terminator],
+            MetaTools {
+                load_skills: true,
+                discovery: false,
+            },
             engine.settings.plan_round_cap,
             false,
         );
@@ -139,6 +152,7 @@ impl PhaseWork for ExecutePhase<'_> {
     fn brief(&self) -> PhaseBrief<'_> {
         PhaseBrief::Execute {
             plan: self.plan,
+            skills: self.skills,
             memory: self.memory,
         }
     }
@@ -153,6 +167,10 @@ impl PhaseWork for ExecutePhase<'_> {
             ToolSelection::Named(self.plan.tool_names()),
             false,
             Vec::new(),
+            MetaTools {
+                load_skills: true,
+                discovery: true,
+            },
             engine.settings.execute_round_cap,
             true,
         );
@@ -178,6 +196,7 @@ impl PhaseWork for ReviewPhase<'_> {
     fn brief(&self) -> PhaseBrief<'_> {
         PhaseBrief::Review {
             plan: self.plan,
+            skills: self.skills,
             execution: self.execution,
         }
     }
@@ -196,6 +215,7 @@ impl PhaseWork for ReviewPhase<'_> {
             ToolSelection::ReadOnly,
             false,
             vec![terminator],
+            MetaTools::NONE,
             engine.settings.review_round_cap,
             false,
         );
@@ -239,6 +259,7 @@ impl TurnEngine {
         let env = LoopEnv {
             provider,
             registry: &self.tools,
+            skills: Some(&self.skills),
             ctx: &ctx,
             budget: BudgetGate {
                 ledger: self.ledger.as_ref(),
@@ -290,6 +311,7 @@ impl TurnEngine {
                 slim_tools: false,
                 terminators: terminators.clone(),
                 tool_choice: ToolChoice::Required,
+                meta: MetaTools::NONE,
                 round_cap: 1,
                 grace_round: false,
             };

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use crewlet_core::payload::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted, TriggerSummary,
-    TurnGuardBreach,
+    ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted,
+    ToolActivated, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
 use crewlet_core::{EventPayload, TraceContext};
 use crewlet_llm::{LlmError, LlmProvider, Usage};
@@ -16,6 +16,7 @@ use crewlet_store::BudgetRefusal;
 
 use super::ctx::{PhaseCtx, TurnCtx};
 use super::{GuardKind, TurnDecision, TurnEngine, TurnFailure, ms};
+use crate::tool_loop::LoopNotice;
 use crate::{LoopStats, ProgressObserver, ToolExecution, Trigger};
 
 impl TurnEngine {
@@ -263,6 +264,43 @@ impl ProgressObserver for Progress<'_, '_, '_> {
         };
         let summary = format!("{} {} in progress", t.seat.handle, pc.phase);
         self.engine.emit(t, pc.span, summary, &payload).await;
+    }
+
+    async fn notice(&self, notice: LoopNotice) {
+        let (t, pc) = (self.pc.turn, self.pc);
+        let (e, handle, phase) = (self.engine, &t.seat.handle, pc.phase.as_str());
+        match notice {
+            LoopNotice::SkillBlocked { tool, skills } => {
+                let summary = format!("{handle} must load {} before {tool}", skills.join(", "));
+                let payload = ToolSkillBlocked {
+                    turn_id: t.turn_id,
+                    phase: phase.to_owned(),
+                    iteration: pc.iteration,
+                    tool,
+                    skills,
+                };
+                e.emit(t, pc.span, summary, &payload).await;
+            }
+            LoopNotice::ToolActivated { tool } => {
+                let summary = format!("{handle} activated {tool} in {phase}");
+                let payload = ToolActivated {
+                    turn_id: t.turn_id,
+                    phase: phase.to_owned(),
+                    iteration: pc.iteration,
+                    tool,
+                };
+                e.emit(t, pc.span, summary, &payload).await;
+            }
+            LoopNotice::MissingTool { tool } => {
+                let summary = format!("{handle} called {tool}, which it does not have");
+                let payload = ExecuteMissingTool {
+                    turn_id: t.turn_id,
+                    iteration: pc.iteration,
+                    tool,
+                };
+                e.emit(t, pc.span, summary, &payload).await;
+            }
+        }
     }
 }
 

@@ -2,7 +2,10 @@
 //! while Review sends the work back (`self_iterate`), at most
 //! `max_iterations` times and never twice with the same artifact.
 
+use crewlet_llm::Phase;
+
 use crate::prompts::PriorIteration;
+use crate::skills::render_catalogue;
 use crate::tool::first_sentence;
 use crate::{PlanDecision, ReviewDecision};
 
@@ -13,9 +16,8 @@ use super::{GuardKind, TurnDecision, TurnEngine, TurnFailure};
 impl TurnEngine {
     /// The phases of the turn until one of them decides how it ends.
     pub(super) async fn drive(&self, t: &TurnCtx<'_>) -> Result<TurnDecision, TurnFailure> {
-        let catalogue: Vec<(String, String)> = self
-            .tools
-            .tools_for(&t.seat.handle)
+        let seat_tools = self.tools.tools_for(&t.seat.handle);
+        let catalogue: Vec<(String, String)> = seat_tools
             .iter()
             .map(|tool| {
                 (
@@ -24,6 +26,11 @@ impl TurnEngine {
                 )
             })
             .collect();
+        // The skills Plan and Review list match everything the seat has;
+        // Execute's match the tools of its plan.
+        let plan_skills = render_catalogue(&self.skills.catalogue(Phase::Plan, &seat_tools), true);
+        let review_skills =
+            render_catalogue(&self.skills.catalogue(Phase::Review, &seat_tools), false);
         // What the seat remembers, asked once and frozen for every Plan
         // of this turn.
         let memory = self
@@ -48,6 +55,7 @@ impl TurnEngine {
                     iteration,
                     &PlanPhase {
                         catalogue: &catalogue,
+                        skills: &plan_skills,
                         memory: &memory,
                         prior: &prior,
                     },
@@ -72,12 +80,23 @@ impl TurnEngine {
                     &plan_text(&plan),
                 )
                 .await;
+            let named = plan.tool_names();
+            let execute_surface: Vec<_> = seat_tools
+                .iter()
+                .filter(|tool| named.iter().any(|n| n == tool.name()))
+                .cloned()
+                .collect();
+            let execute_skills = render_catalogue(
+                &self.skills.catalogue(Phase::Execute, &execute_surface),
+                true,
+            );
             let execution = self
                 .run_phase(
                     t,
                     iteration,
                     &ExecutePhase {
                         plan: &plan,
+                        skills: &execute_skills,
                         memory: &refetched,
                     },
                 )
@@ -93,6 +112,7 @@ impl TurnEngine {
                     iteration,
                     &ReviewPhase {
                         plan: &plan,
+                        skills: &review_skills,
                         execution: &execution,
                     },
                 )

@@ -2,7 +2,7 @@
 //! run, and running it (in a `tool {name}` span, panics caught, results
 //! cleaned).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,12 +13,17 @@ use tracing::Instrument;
 
 use crewlet_llm::ToolCall;
 
-use super::{LoopEnv, Terminator, ToolExecution, ToolSelection};
+use super::{LoopEnv, LoopNotice, Terminator, ToolExecution, ToolSelection, meta};
 use crate::sanitize::clean_tool_result;
+use crate::skills::{ToolSkills, block_message};
 use crate::{Tool, ToolContext, ToolError, TurnError};
 
-pub(super) fn select_tools(env: &LoopEnv<'_>, selection: &ToolSelection) -> Vec<Arc<dyn Tool>> {
-    match selection {
+pub(super) fn select_tools(
+    env: &LoopEnv<'_>,
+    selection: &ToolSelection,
+    activated: &[String],
+) -> Vec<Arc<dyn Tool>> {
+    let mut tools = match selection {
         ToolSelection::None => Vec::new(),
         ToolSelection::All => env.registry.tools_for(&env.ctx.agent_handle),
         ToolSelection::ReadOnly => env
@@ -31,20 +36,44 @@ pub(super) fn select_tools(env: &LoopEnv<'_>, selection: &ToolSelection) -> Vec<
             .iter()
             .filter_map(|n| env.registry.get_for(&env.ctx.agent_handle, n))
             .collect(),
+    };
+    for name in activated {
+        if !tools.iter().any(|t| t.name() == name)
+            && let Some(tool) = env.registry.get_for(&env.ctx.agent_handle, name)
+        {
+            tools.push(tool);
+        }
     }
+    tools
 }
 
 pub(super) enum Resolved {
     Run(Arc<dyn Tool>, Value),
+    /// Answered by the loop itself (its own tools).
+    Answer(String),
     /// Not run; the message goes back to the model as an error.
     Refuse(String),
+}
+
+/// What the calls of one round are checked against.
+pub(super) struct Round<'r> {
+    pub offered: HashSet<&'r str>,
+    /// Every tool the seat has (for discovery and the skill guard).
+    pub seat_tools: &'r [Arc<dyn Tool>],
+    /// Skills loaded before this round: a load in the same round does not
+    /// count, since the call was written without the skill in view.
+    pub loaded: &'r BTreeSet<String>,
+    /// The required-skill guard is armed.
+    pub guard: Option<&'r ToolSkills>,
+    pub discovery: bool,
 }
 
 pub(super) fn resolve<D>(
     env: &LoopEnv<'_>,
     terminators: &[Terminator<D>],
-    offered: &HashSet<&str>,
+    round: &Round<'_>,
     tc: &ToolCall,
+    notices: &mut Vec<LoopNotice>,
 ) -> Resolved {
     let args = match tc.parsed_arguments() {
         Ok(v @ Value::Object(_)) => v,
@@ -58,8 +87,27 @@ pub(super) fn resolve<D>(
             t.spec.name
         ));
     }
-    if !offered.contains(tc.name.as_str()) {
-        let mut names: Vec<&str> = offered.iter().copied().collect();
+    if !round.offered.contains(tc.name.as_str()) {
+        if round.discovery {
+            if meta::find(round.seat_tools, &tc.name).is_some() {
+                return Resolved::Refuse(format!(
+                    "`{}` is one of your tools but is not callable in this phase yet: call \
+                     {}(name=\"{}\") first",
+                    tc.name,
+                    meta::ACTIVATE_TOOL,
+                    tc.name
+                ));
+            }
+            notices.push(LoopNotice::MissingTool {
+                tool: tc.name.clone(),
+            });
+            return Resolved::Refuse(format!(
+                "you have no tool `{}`; {} lists the tools you have",
+                tc.name,
+                meta::LIST_MCP_SERVER_TOOLS
+            ));
+        }
+        let mut names: Vec<&str> = round.offered.iter().copied().collect();
         names.sort_unstable();
         return Resolved::Refuse(format!(
             "tool `{}` is not available here; available: {}",
@@ -71,10 +119,20 @@ pub(super) fn resolve<D>(
             }
         ));
     }
-    match env.registry.get_for(&env.ctx.agent_handle, &tc.name) {
-        Some(tool) => Resolved::Run(tool, args),
-        None => Resolved::Refuse(format!("tool `{}` is no longer available", tc.name)),
+    let Some(tool) = env.registry.get_for(&env.ctx.agent_handle, &tc.name) else {
+        return Resolved::Refuse(format!("tool `{}` is no longer available", tc.name));
+    };
+    if let Some(skills) = round.guard {
+        let missing = skills.blocking(tool.as_ref(), round.seat_tools, round.loaded);
+        if !missing.is_empty() {
+            notices.push(LoopNotice::SkillBlocked {
+                tool: tc.name.clone(),
+                skills: missing.iter().map(|e| e.key.clone()).collect(),
+            });
+            return Resolved::Refuse(block_message(&tc.name, &missing));
+        }
     }
+    Resolved::Run(tool, args)
 }
 
 pub(super) struct CallResult {
@@ -90,6 +148,14 @@ pub(super) async fn run_one(
 ) -> Result<CallResult, TurnError> {
     let (tool, args) = match resolved {
         Resolved::Run(tool, args) => (tool, args),
+        Resolved::Answer(content) => {
+            return Ok(CallResult {
+                content,
+                is_error: false,
+                terminate: false,
+                execution: None,
+            });
+        }
         Resolved::Refuse(message) => {
             return Ok(CallResult {
                 content: format!("error: {message}"),

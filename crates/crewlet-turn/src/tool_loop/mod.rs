@@ -9,10 +9,11 @@
 
 mod calls;
 mod complete;
+mod meta;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -25,8 +26,12 @@ use crewlet_llm::{
 /// One tool call as it ran (the record the phase events carry).
 pub use crewlet_core::payload::ToolExecution;
 
-use self::calls::{CallResult, Resolved, resolve, run_one, select_tools};
+pub use self::meta::{ACTIVATE_TOOL, LIST_MCP_SERVER_TOOLS, MetaTools};
+
+use self::calls::{CallResult, Resolved, Round, resolve, run_one, select_tools};
 use self::complete::complete;
+use self::meta::Session;
+use crate::skills::{LOAD_TOOL_SKILL, ToolSkills};
 use crate::{
     BudgetGate, Tool, ToolContext, ToolRegistry, TurnError, prompts, slim_tool_spec, tool_spec,
 };
@@ -65,21 +70,39 @@ pub struct LoopRequest<D = ()> {
     pub slim_tools: bool,
     pub terminators: Vec<Terminator<D>>,
     pub tool_choice: ToolChoice,
+    /// The loop's own tools (`load_tool_skill`, discovery).
+    pub meta: MetaTools,
     pub round_cap: u32,
     /// After the cap, one more round without tools to summarize.
     pub grace_round: bool,
 }
 
-/// Told what a streaming call has produced so far.
+/// Something inside the loop worth an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoopNotice {
+    /// Required tool skills held a call back.
+    SkillBlocked { tool: String, skills: Vec<String> },
+    /// `activate_tool` made a tool of the seat's catalogue callable.
+    ToolActivated { tool: String },
+    /// A call of a tool the seat does not have at all (with discovery on).
+    MissingTool { tool: String },
+}
+
+/// Told what a streaming call has produced so far, and what the loop
+/// noticed.
 #[async_trait]
 pub trait ProgressObserver: Send + Sync {
     async fn progress(&self, text: &str, tool_executions: &[ToolExecution]);
+
+    async fn notice(&self, _notice: LoopNotice) {}
 }
 
 /// What the loop works with.
 pub struct LoopEnv<'a> {
     pub provider: &'a dyn LlmProvider,
     pub registry: &'a ToolRegistry,
+    /// The company's tool skills (`load_tool_skill`, the guard).
+    pub skills: Option<&'a ToolSkills>,
     pub ctx: &'a ToolContext,
     pub budget: BudgetGate<'a>,
     pub progress: Option<&'a dyn ProgressObserver>,
@@ -201,9 +224,11 @@ pub async fn run_tool_loop<D>(
         slim_tools,
         terminators,
         tool_choice,
+        meta,
         round_cap,
         grace_round,
     } = request;
+    let mut session = Session::default();
     let mut call = CompletionRequest {
         system,
         messages,
@@ -228,12 +253,13 @@ pub async fn run_tool_loop<D>(
         let offered: Vec<Arc<dyn Tool>> = if grace {
             Vec::new()
         } else {
-            select_tools(env, &tools)
+            select_tools(env, &tools, &session.activated)
         };
         call.tools.clear();
         if !grace {
             call.tools
                 .extend(terminators.iter().map(|t| t.spec.clone()));
+            call.tools.extend(meta.specs(env.skills));
             call.tools.extend(offered.iter().map(|t| {
                 if slim_tools {
                     slim_tool_spec(t.as_ref())
@@ -300,23 +326,63 @@ pub async fn run_tool_loop<D>(
             }
         }
 
-        let offered_names: HashSet<&str> = offered.iter().map(|t| t.name()).collect();
+        let seat_tools: Vec<Arc<dyn Tool>> = if meta.discovery || meta.skills_on(env.skills) {
+            env.registry.tools_for(&env.ctx.agent_handle)
+        } else {
+            Vec::new()
+        };
+        let loaded = session.loaded.clone();
+        let round = Round {
+            offered: offered.iter().map(|t| t.name()).collect::<HashSet<&str>>(),
+            seat_tools: &seat_tools,
+            loaded: &loaded,
+            guard: env.skills.filter(|_| meta.skills_on(env.skills)),
+            discovery: meta.discovery,
+        };
+        let offered_set: BTreeSet<String> = offered.iter().map(|t| t.name().to_owned()).collect();
+        let mut notices = Vec::new();
         let resolved: Vec<Resolved> = tool_calls
             .iter()
             .enumerate()
             .map(|(i, tc)| {
                 if i >= MAX_CALLS_PER_ROUND {
-                    Resolved::Refuse(format!(
+                    return Resolved::Refuse(format!(
                         "not run: at most {MAX_CALLS_PER_ROUND} tool calls are run per round"
-                    ))
-                } else {
-                    resolve(env, &terminators, &offered_names, tc)
+                    ));
+                }
+                if !meta.handles(&tc.name, env.skills) {
+                    return resolve(env, &terminators, &round, tc, &mut notices);
+                }
+                let args = tc.parsed_arguments().unwrap_or(Value::Null);
+                let answer = match tc.name.as_str() {
+                    LOAD_TOOL_SKILL => match env.skills {
+                        Some(skills) => meta::load_skill(skills, &args, &mut session),
+                        None => Err("there are no tool skills".to_owned()),
+                    },
+                    LIST_MCP_SERVER_TOOLS => meta::list_tools(&seat_tools, &args),
+                    _ => {
+                        let (answer, activated) =
+                            meta::activate(&seat_tools, &offered_set, &args, &mut session);
+                        if let Some(tool) = activated {
+                            notices.push(LoopNotice::ToolActivated { tool });
+                        }
+                        answer
+                    }
+                };
+                match answer {
+                    Ok(text) => Resolved::Answer(text),
+                    Err(why) => Resolved::Refuse(why),
                 }
             })
             .collect();
+        if let Some(observer) = env.progress {
+            for notice in notices {
+                observer.notice(notice).await;
+            }
+        }
         let all_read_only = resolved.iter().all(|r| match r {
             Resolved::Run(tool, _) => tool.annotations().read_only,
-            Resolved::Refuse(_) => true,
+            Resolved::Refuse(_) | Resolved::Answer(_) => true,
         });
         let results: Vec<CallResult> = if all_read_only && resolved.len() > 1 {
             futures::future::join_all(resolved.into_iter().map(|r| run_one(env.ctx, r)))

@@ -78,6 +78,7 @@ fn text(t: &str) -> Completion {
 
 fn request(cap: u32, grace: bool) -> LoopRequest {
     LoopRequest {
+        meta: super::MetaTools::NONE,
         system: vec![SystemBlock::stable("s")],
         messages: vec![Message::user("go")],
         tools: ToolSelection::All,
@@ -89,12 +90,61 @@ fn request(cap: u32, grace: bool) -> LoopRequest {
     }
 }
 
+/// `echo` only.
 async fn run(
     provider: &ScriptedProvider,
     req: LoopRequest,
 ) -> (Result<LoopOutcome, TurnError>, LoopStats) {
+    run_with(provider, req, None, None).await
+}
+
+/// A tool of the MCP server `gh` (registered as `gh__merge`).
+struct Merge;
+
+#[async_trait]
+impl Tool for Merge {
+    fn name(&self) -> &str {
+        "gh__merge"
+    }
+    fn description(&self) -> &str {
+        "Merges a pull request. Irreversible."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn mcp_origin(&self) -> Option<(&str, &str)> {
+        Some(("gh", "merge"))
+    }
+    async fn invoke(&self, _: &ToolContext, _: Value) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("merged"))
+    }
+}
+
+#[derive(Default)]
+struct Notices(Mutex<Vec<LoopNotice>>);
+
+#[async_trait]
+impl ProgressObserver for Notices {
+    async fn progress(&self, _: &str, _: &[ToolExecution]) {}
+    async fn notice(&self, notice: LoopNotice) {
+        if let Ok(mut n) = self.0.lock() {
+            n.push(notice);
+        }
+    }
+}
+
+/// `echo`, plus `gh__merge` when `skills` are given.
+async fn run_with(
+    provider: &ScriptedProvider,
+    req: LoopRequest,
+    skills: Option<&crate::ToolSkills>,
+    observer: Option<&dyn ProgressObserver>,
+) -> (Result<LoopOutcome, TurnError>, LoopStats) {
     let registry = ToolRegistry::new();
     let _ = registry.register(Arc::new(Echo), Visibility::All);
+    if skills.is_some() {
+        let _ = registry.register(Arc::new(Merge), Visibility::All);
+    }
     let ledger = MemoryTokenLedger::new();
     let tracker = UsageTracker::new();
     let agent_id = AgentId::for_seat("T", "a");
@@ -113,6 +163,7 @@ async fn run(
     let env = LoopEnv {
         provider,
         registry: &registry,
+        skills,
         ctx: &ctx,
         budget: BudgetGate {
             ledger: &ledger,
@@ -123,7 +174,7 @@ async fn run(
             turn_usage: None,
             patience: crewlet_store::Patience::at_most(std::time::Duration::ZERO),
         },
-        progress: None,
+        progress: observer,
         stream: false,
     };
     let mut stats = LoopStats::default();
@@ -258,4 +309,137 @@ async fn a_provider_error_ends_the_loop_with_the_counts_so_far() {
     ));
     assert_eq!(stats.calls, 1);
     assert_eq!(stats.usage.total(), 11);
+}
+
+fn merge_skill(required: bool) -> crate::ToolSkill {
+    match crate::ToolSkill::from_parts(
+        json!({"key": "mcp:gh", "trigger": {"mcp_server": "gh"}, "phases": ["execute"],
+               "title": "Merging", "summary": "Check CI first.", "required": required}),
+        "Merge only green pull requests.",
+        "test",
+    ) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_required_skill_holds_its_tools_back_until_it_is_loaded() -> Result<(), TurnError> {
+    let skills = crate::ToolSkills::new();
+    skills.upsert(merge_skill(true));
+    let p = answers(vec![
+        // the load in the same round does not unlock the call beside it
+        calls(&[
+            ("gh__merge", "{}"),
+            ("load_tool_skill", r#"{"key":"mcp:gh"}"#),
+        ]),
+        calls(&[("load_tool_skill", r#"{"key":"nope"}"#), ("echo", "{}")]),
+        calls(&[("gh__merge", "{}")]),
+        text("done"),
+    ]);
+    let notices = Notices::default();
+    let mut req = request(5, false);
+    req.meta = MetaTools {
+        load_skills: true,
+        discovery: false,
+    };
+    let (out, stats) = run_with(&p, req, Some(&skills), Some(&notices)).await;
+    let results = tool_results(&out?);
+    assert!(results[0].1, "{results:?}");
+    assert!(
+        results[0].0.contains("load_tool_skill(key=\"mcp:gh\")"),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1],
+        (
+            "# Merging\n\nMerge only green pull requests.".to_owned(),
+            false
+        )
+    );
+    assert!(results[2].1 && results[2].0.contains("the skills are: mcp:gh"));
+    assert_eq!(results[4], ("merged".to_owned(), false), "{results:?}");
+    // meta calls are not tool executions: echo and the one merge that ran
+    assert_eq!(stats.tool_executions.len(), 2);
+    let seen = notices.0.lock().map(|n| n.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        [LoopNotice::SkillBlocked {
+            tool: "gh__merge".into(),
+            skills: vec!["mcp:gh".into()]
+        }]
+    );
+    // an advisory skill never blocks; without the loader nothing is guarded
+    skills.upsert(merge_skill(false));
+    let p = answers(vec![calls(&[("gh__merge", "{}")]), text("done")]);
+    let mut req = request(5, false);
+    req.meta = MetaTools {
+        load_skills: true,
+        discovery: false,
+    };
+    let (out, _) = run_with(&p, req, Some(&skills), None).await;
+    assert_eq!(tool_results(&out?)[0], ("merged".to_owned(), false));
+    skills.upsert(merge_skill(true));
+    let p = answers(vec![calls(&[("gh__merge", "{}")]), text("done")]);
+    let (out, _) = run_with(&p, request(5, false), Some(&skills), None).await;
+    assert_eq!(tool_results(&out?)[0], ("merged".to_owned(), false));
+    Ok(())
+}
+
+#[tokio::test]
+async fn execute_discovers_and_activates_a_tool_the_plan_missed() -> Result<(), TurnError> {
+    let skills = crate::ToolSkills::new();
+    let p = answers(vec![
+        calls(&[("gh__merge", "{}"), ("gh__nuke", "{}")]),
+        calls(&[
+            ("list_mcp_server_tools", "{}"),
+            ("list_mcp_server_tools", r#"{"server":"gh"}"#),
+            ("activate_tool", r#"{"name":"merge"}"#),
+        ]),
+        calls(&[("gh__merge", "{}"), ("activate_tool", r#"{"name":"echo"}"#)]),
+        text("done"),
+    ]);
+    let notices = Notices::default();
+    let mut req = request(5, false);
+    req.tools = ToolSelection::Named(vec!["echo".into()]);
+    req.meta = MetaTools {
+        load_skills: true,
+        discovery: true,
+    };
+    let (out, _) = run_with(&p, req, Some(&skills), Some(&notices)).await;
+    let results = tool_results(&out?);
+    assert!(results[0].1 && results[0].0.contains("activate_tool(name=\"gh__merge\")"));
+    assert!(results[1].1 && results[1].0.contains("you have no tool `gh__nuke`"));
+    assert!(
+        results[2]
+            .0
+            .contains("- builtin: 1 tool(s)\n- gh: 1 tool(s)"),
+        "{results:?}"
+    );
+    assert!(
+        results[3].0.contains("- gh__merge: Merges a pull request."),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[4],
+        (
+            "`gh__merge` is callable from your next round on.".to_owned(),
+            false
+        )
+    );
+    assert_eq!(results[5], ("merged".to_owned(), false));
+    assert_eq!(results[6].0, "`echo` is already callable.");
+    let seen = notices.0.lock().map(|n| n.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        [
+            LoopNotice::MissingTool {
+                tool: "gh__nuke".into()
+            },
+            LoopNotice::ToolActivated {
+                tool: "gh__merge".into()
+            }
+        ]
+    );
+    Ok(())
 }
