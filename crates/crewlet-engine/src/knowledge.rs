@@ -12,8 +12,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use crewlet_core::{Event, EventType};
 use crewlet_integrations::knowledge::{AUTO_DRAFTED_PARENT, KnowledgeHit, KnowledgeSearcher};
-use crewlet_turn::{AuxCall, Auxiliary, EventSink, MemorySection, Recall, RecallRequest, Trigger};
-use serde_json::json;
+use crewlet_turn::{
+    AuxCall, Auxiliary, EventSink, MemorySection, Recall, RecallRequest, Tool, ToolAnnotations,
+    ToolContext, ToolError, ToolOutput, Trigger,
+};
+use serde_json::{Value, json};
 use tracing::debug;
 
 /// The heading of the block.
@@ -222,6 +225,84 @@ fn render(hits: &[KnowledgeHit]) -> String {
         }
     }
     out
+}
+
+/// Name of the built-in search tool.
+pub(crate) const SEARCH_KNOWLEDGE: &str = "search_knowledge";
+/// Most pages one `search_knowledge` call returns.
+const MAX_TOOL_HITS: usize = 10;
+
+/// `search_knowledge`: the knowledge base, searched as the calling seat
+/// (its own credentials, so page permissions hold), mid-turn.
+pub(crate) struct SearchKnowledge {
+    searcher: Arc<dyn KnowledgeSearcher>,
+}
+
+impl SearchKnowledge {
+    pub fn new(searcher: Arc<dyn KnowledgeSearcher>) -> Self {
+        Self { searcher }
+    }
+}
+
+#[async_trait]
+impl Tool for SearchKnowledge {
+    fn name(&self) -> &str {
+        SEARCH_KNOWLEDGE
+    }
+
+    fn description(&self) -> &str {
+        "Searches the team knowledge base (wiki pages) with your own access. Give a few \
+         plain keywords; returns page titles, links and snippets."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "A few plain keywords."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_TOOL_HITS,
+                          "description": "Most pages to return (default 5)."}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        })
+    }
+
+    fn annotations(&self) -> ToolAnnotations {
+        ToolAnnotations::read_only()
+    }
+
+    async fn invoke(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let query = args
+            .get("query")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+            .ok_or_else(|| ToolError::InvalidArguments("`query` is required".into()))?;
+        let limit = args
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(5, |n| usize::try_from(n).unwrap_or(MAX_TOOL_HITS))
+            .clamp(1, MAX_TOOL_HITS);
+        if !self.searcher.can_search(&ctx.agent_handle) {
+            return Err(ToolError::Failed(
+                "you have no knowledge-base access: no own credentials and no search scope".into(),
+            ));
+        }
+        let hits = self
+            .searcher
+            .search(
+                &ctx.agent_handle,
+                query,
+                limit,
+                &[AUTO_DRAFTED_PARENT.to_owned()],
+            )
+            .await;
+        if hits.is_empty() {
+            return Ok(ToolOutput::text(format!("No page matched `{query}`.")));
+        }
+        Ok(ToolOutput::text(render(&hits)))
+    }
 }
 
 #[cfg(test)]

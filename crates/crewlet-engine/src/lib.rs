@@ -49,6 +49,7 @@ mod seat;
 mod sink;
 mod slack;
 mod task;
+mod tool_skills;
 mod tools;
 mod working;
 
@@ -70,6 +71,7 @@ pub use run::{RunOptions, init_telemetry};
 pub use scheduler::{FiredTask, ScheduleEntry, Scheduler, Zone};
 pub use seat::SeatState;
 pub use task::{TaskPriority, TaskRequest, derived_task_id};
+pub use tool_skills::{SkillSyncOptions, skills_of, sync_once};
 pub use tools::{TOOL_NAME_SEPARATOR, tool_name};
 
 /// A `providers.llm` block for test companies (validation wants one when

@@ -58,6 +58,8 @@ pub struct RunOptions {
     pub api_host: Option<String>,
     /// DEBUG logs for crewlet's own targets.
     pub debug: bool,
+    /// Read tool skills from this folder instead of the knowledge backend.
+    pub tool_skills_dir: Option<PathBuf>,
 }
 
 /// Logs and traces for the process, through `crewlet-telemetry`: JSON lines
@@ -314,6 +316,10 @@ async fn serve(
         // The embedded API deletes old webhook delivery claims itself.
         gc_webhook_deliveries: api_task.is_none(),
         env: security.company_process_env(),
+        tool_skills: crate::SkillSyncOptions {
+            dir: options.tool_skills_dir.clone(),
+            ..Default::default()
+        },
         ..EngineOptions::default()
     };
     let mut shutdown = Box::pin(shutdown);

@@ -1,8 +1,9 @@
 //! A fake Confluence REST API (v1) on 127.0.0.1 for tests, under `/wiki`:
 //!
-//! - `GET /rest/api/content/search?cql=..&limit=..&expand=..` with the
-//!   CQL subset of [`cql`] (`text ~`, `space IN`, `space =`, `type =`,
-//!   `title =`, `AND`); a hit must contain every word of the text;
+//! - `GET /rest/api/content/search?cql=..&start=..&limit=..&expand=..`
+//!   with the CQL subset of [`cql`] (`text ~`, `space IN`, `space =`,
+//!   `type =`, `title =`, `label =`, `AND`); a hit must contain every word
+//!   of the text;
 //! - `GET /rest/api/content?spaceKey=..&title=..&expand=..`;
 //! - `GET /rest/api/content/{id}`;
 //! - `POST /rest/api/content` (title unique per space) and
@@ -342,6 +343,7 @@ fn search(d: &Data, user: &str, q: &HashMap<String, String>) -> Response {
         .filter(|w| !w.is_empty())
         .collect();
     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(25);
+    let start: usize = q.get("start").and_then(|l| l.parse().ok()).unwrap_or(0);
     let expand = q.get("expand").map(String::as_str).unwrap_or("");
     let mut scored: Vec<(usize, &FakePage)> = d
         .pages
@@ -353,6 +355,7 @@ fn search(d: &Data, user: &str, q: &HashMap<String, String>) -> Response {
                 .is_none_or(|s| s.iter().any(|k| k == &p.space))
         })
         .filter(|p| cql.title.as_ref().is_none_or(|t| t == &p.title))
+        .filter(|p| cql.label.as_ref().is_none_or(|l| p.labels.contains(l)))
         .filter_map(|p| {
             let title = p.title.to_lowercase();
             let body = plain(&p.body);
@@ -370,12 +373,13 @@ fn search(d: &Data, user: &str, q: &HashMap<String, String>) -> Response {
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
     let results: Vec<Value> = scored
         .into_iter()
+        .skip(start)
         .take(limit)
         .map(|(_, p)| d.render(p, expand))
         .collect();
     axum::Json(json!({
         "results": results,
-        "start": 0,
+        "start": start,
         "limit": limit,
         "size": results.len(),
         "_links": {"base": d.base},

@@ -1,5 +1,5 @@
 //! `crewlet run [config] [--import-company FILE] [--api-port N] [--api-host H]
-//! [--debug]`: the engine, with the embedded API when `api.port > 0` or
+//! [--tool-skills DIR] [--debug]`: the engine, with the embedded API when `api.port > 0` or
 //! `--api-port` is given. `crewlet run api ...` is the standalone API
 //! (`run_api.rs`). Everything happens in `crewlet_engine::run`.
 
@@ -41,6 +41,10 @@ pub struct Args {
     /// DEBUG logs for crewlet's own components.
     #[arg(long)]
     pub debug: bool,
+    /// Read the tool skills from this folder of Markdown files (e.g.
+    /// `examples/tool-skills`) instead of the knowledge backend.
+    #[arg(long, value_name = "DIR")]
+    pub tool_skills: Option<PathBuf>,
 }
 
 pub fn dispatch(args: RunArgs) -> Result<ExitCode> {
@@ -59,6 +63,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         api_port: args.api_port,
         api_host: args.api_host,
         debug: args.debug,
+        tool_skills_dir: args.tool_skills,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

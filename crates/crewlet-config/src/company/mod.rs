@@ -55,10 +55,11 @@ pub struct Company {
     /// Read scope of the knowledge search (`## Relevant knowledge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knowledge: Option<later::Knowledge>,
-    /// Values substituted for `${name}` in tool-skill text (keys are
-    /// identifiers: letters, digits, `_`).
+    /// Values substituted for `${name}` in tool-skill titles, summaries and
+    /// bodies (keys are identifiers: letters, digits, `_`; values may use
+    /// `${ENV}`; an empty value is dropped). Do not put secrets here: skill
+    /// text reaches prompts and events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "tool skills are not built yet"))]
     pub skill_variables: Option<IndexMap<String, String>>,
     /// Models the seats may use.
     #[serde(default)]

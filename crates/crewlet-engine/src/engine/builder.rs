@@ -17,7 +17,7 @@ use crewlet_llm::{Embedder, LlmRegistry};
 use crewlet_memory::{CounterpartyProfiles, MemoryStores};
 use crewlet_queue::{EventQueue, SubscribeOptions, Subscription, topics};
 use crewlet_store::Stores;
-use crewlet_turn::{CompanyProfile, TurnEngine, TurnSettings, Visibility};
+use crewlet_turn::{CompanyProfile, ToolSkills, TurnEngine, TurnSettings, Visibility};
 use futures::StreamExt;
 use serde_json::json;
 use tracing::{info, warn};
@@ -51,6 +51,7 @@ pub struct EngineBuilder {
     embedder: Option<Arc<dyn Embedder>>,
     memory: Option<MemoryStores>,
     knowledge: Option<Arc<dyn crewlet_integrations::knowledge::KnowledgeSearcher>>,
+    skill_source: Option<Arc<dyn crewlet_integrations::knowledge::SkillSource>>,
 }
 
 /// The company's tools: the builtins, and the MCP servers started for it.
@@ -82,6 +83,7 @@ impl EngineBuilder {
             embedder: None,
             memory: None,
             knowledge: None,
+            skill_source: None,
         }
     }
 
@@ -117,6 +119,16 @@ impl EngineBuilder {
         searcher: Arc<dyn crewlet_integrations::knowledge::KnowledgeSearcher>,
     ) -> Self {
         self.knowledge = Some(searcher);
+        self
+    }
+
+    /// Reads the tool skills from `source` instead of the company's
+    /// Confluence or Plane.
+    pub fn tool_skills(
+        mut self,
+        source: Arc<dyn crewlet_integrations::knowledge::SkillSource>,
+    ) -> Self {
+        self.skill_source = Some(source);
         self
     }
 
@@ -212,6 +224,32 @@ impl EngineBuilder {
             Arc::new(crate::colleagues::AskColleague(asks.clone())),
             Visibility::All,
         );
+        let searcher = self
+            .knowledge
+            .or_else(|| crate::knowledge::from_company(&company, &options.env));
+        if let Some(searcher) = &searcher {
+            tools.catalog.add_builtin(
+                Arc::new(crate::knowledge::SearchKnowledge::new(searcher.clone())),
+                Visibility::All,
+            );
+        }
+        let skills = Arc::new(ToolSkills::new());
+        skills.set_variables(crate::tool_skills::variables(&company, &options.env));
+        let skill_source = self.skill_source.or_else(|| {
+            crate::tool_skills::from_company(&company, &options.env, &options.tool_skills)
+        });
+        let skill_sync = match skill_source {
+            Some(source) => {
+                let loaded = crate::tool_skills::boot(source.as_ref(), &skills).await;
+                Some(crate::tool_skills::spawn(
+                    source,
+                    skills.clone(),
+                    options.tool_skills.clone(),
+                    loaded,
+                ))
+            }
+            None => None,
+        };
         let SeatRuntimes { seats, order } = seat_runtimes(&company, &org);
         let sink: Arc<dyn crewlet_turn::EventSink> = Arc::new(QueueEventSink::new(
             self.queue.clone(),
@@ -225,6 +263,7 @@ impl EngineBuilder {
             sink.clone(),
         )
         .with_tools(tools.catalog.registry.clone())
+        .with_skills(skills)
         .with_settings(turn_settings(&company, &options));
         let learning = base.as_ref().map(|base| {
             start_learning(&company, base, &seats, &tools.catalog, sink.clone(), &turns)
@@ -232,9 +271,6 @@ impl EngineBuilder {
         if let Some(l) = &learning {
             turns = turns.with_recall(l.clone());
         }
-        let searcher = self
-            .knowledge
-            .or_else(|| crate::knowledge::from_company(&company, &options.env));
         if let Some(searcher) = searcher {
             let inner: Arc<dyn crewlet_turn::Recall> = match &learning {
                 Some(l) => l.clone(),
@@ -286,7 +322,7 @@ impl EngineBuilder {
             fleet: tokio::sync::Mutex::new(None),
             scheduler: Mutex::new(None),
             subscriptions: Mutex::new(Vec::new()),
-            tasks: Mutex::new(Vec::new()),
+            tasks: Mutex::new(skill_sync.into_iter().collect()),
             mcp: tokio::sync::Mutex::new(tools.hub),
             ready: AtomicBool::new(false),
             stopped: AtomicBool::new(false),

@@ -161,6 +161,12 @@ impl Engine {
     }
 
     /// Turns running right now.
+    /// The company's tool skills as the turns see them (loaded from the
+    /// Tool Skills container, kept current by the re-walk).
+    pub fn tool_skills(&self) -> Arc<crewlet_turn::ToolSkills> {
+        self.shared.runtime.turns.skills().clone()
+    }
+
     pub fn running_turns(&self) -> usize {
         self.shared.runtime.running()
     }

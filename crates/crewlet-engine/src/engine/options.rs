@@ -39,6 +39,8 @@ pub struct EngineOptions {
     /// How long a colleague's question waits for an answer before it goes
     /// up the manager chain. Default 15 minutes.
     pub ask_escalate_after: Duration,
+    /// Where the tool skills are read from, and how often.
+    pub tool_skills: crate::tool_skills::SkillSyncOptions,
 }
 
 impl Default for EngineOptions {
@@ -55,6 +57,7 @@ impl Default for EngineOptions {
             gc_webhook_deliveries: true,
             mattermost: Default::default(),
             ask_escalate_after: crate::colleagues::DEFAULT_ESCALATE_AFTER,
+            tool_skills: Default::default(),
         }
     }
 }
@@ -71,6 +74,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("maintenance_interval", &self.maintenance_interval)
             .field("gc_webhook_deliveries", &self.gc_webhook_deliveries)
             .field("ask_escalate_after", &self.ask_escalate_after)
+            .field("tool_skills", &self.tool_skills)
             .finish_non_exhaustive()
     }
 }

@@ -31,7 +31,7 @@ const EXPAND: &str = "ancestors,space,body.view";
 
 /// The Tool Skills space the importer publishes to by default; its pages
 /// never come back as knowledge hits.
-pub const DEFAULT_SKILLS_SPACE: &str = "SKILLS";
+pub const DEFAULT_SKILLS_SPACE: &str = super::import::DEFAULT_SKILLS_CONTAINER;
 
 /// Confluence knowledge search, one account per seat.
 pub struct ConfluenceSearcher {

@@ -130,6 +130,29 @@ impl ConfluenceClient {
         .await
     }
 
+    /// `GET /rest/api/content/search` from result `start` on (paging).
+    pub async fn search_from(
+        &self,
+        cql: &str,
+        start: usize,
+        limit: usize,
+        expand: &str,
+    ) -> Result<Value, ConfluenceError> {
+        let query = [
+            ("cql", cql.to_owned()),
+            ("start", start.to_string()),
+            ("limit", limit.to_string()),
+            ("expand", expand.to_owned()),
+        ];
+        self.call(
+            reqwest::Method::GET,
+            "/rest/api/content/search",
+            &query,
+            None,
+        )
+        .await
+    }
+
     /// The page titled exactly `title` in `space`, if the account sees one.
     pub async fn find_page(
         &self,

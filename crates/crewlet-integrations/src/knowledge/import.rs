@@ -33,7 +33,7 @@ use super::markdown::{Format, render, split_frontmatter, take_h1};
 /// Progress is reported every this many pages.
 pub const PROGRESS_EVERY: usize = 50;
 /// Default Tool Skills container.
-pub const DEFAULT_SKILLS_CONTAINER: &str = "SKILLS";
+pub const DEFAULT_SKILLS_CONTAINER: &str = "TS";
 
 /// What a file publishes as.
 #[derive(Debug, Clone, PartialEq, Eq)]

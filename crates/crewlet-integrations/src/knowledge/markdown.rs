@@ -151,7 +151,75 @@ pub fn html_to_text(html: &str) -> String {
     decoded.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn decode_entities(text: &str) -> String {
+/// Plain text of page HTML with its lines kept, for a reader that is a
+/// model: block tags and `<br>` end lines, headings keep their `#`s, list
+/// items start with `- `, CDATA is kept as text, entities are decoded,
+/// trailing spaces and runs of blank lines are dropped.
+pub fn html_to_lines(html: &str) -> String {
+    let html = html.replace("<![CDATA[", "").replace("]]>", "");
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html.as_str();
+    while let Some(lt) = rest.find('<') {
+        out.push_str(&rest[..lt]);
+        let Some(gt) = rest[lt..].find('>') else {
+            break;
+        };
+        let tag = &rest[lt + 1..lt + gt];
+        let closing = tag.starts_with('/');
+        let name = tag
+            .trim_start_matches('/')
+            .split(|c: char| c.is_whitespace() || c == '/')
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        match name.as_str() {
+            "br" => out.push('\n'),
+            "li" if !closing => out.push_str("\n- "),
+            "h1" | "h2" | "h3" | "h4" | "h5" | "h6" if !closing => {
+                let level = usize::from(name.as_bytes()[1] - b'0');
+                out.push('\n');
+                out.push_str(&"#".repeat(level));
+                out.push(' ');
+            }
+            "p"
+            | "div"
+            | "pre"
+            | "ul"
+            | "ol"
+            | "li"
+            | "tr"
+            | "table"
+            | "blockquote"
+            | "h1"
+            | "h2"
+            | "h3"
+            | "h4"
+            | "h5"
+            | "h6"
+            | "ac:structured-macro" => out.push('\n'),
+            "td" | "th" => out.push(' '),
+            _ => {}
+        }
+        rest = &rest[lt + gt + 1..];
+    }
+    if !rest.contains('<') {
+        out.push_str(rest);
+    }
+    let decoded = decode_entities(&out);
+    let mut lines: Vec<&str> = Vec::new();
+    for line in decoded.lines().map(str::trim_end) {
+        if line.is_empty() && lines.last().is_none_or(|l| l.is_empty()) {
+            continue;
+        }
+        lines.push(line);
+    }
+    while lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    lines.join("\n")
+}
+
+pub(crate) fn decode_entities(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find('&') {

@@ -27,6 +27,7 @@ mod import_plane;
 pub mod markdown;
 mod memory;
 mod plane;
+pub mod skills;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,7 @@ pub use plane::{
     AUTO_DRAFT_TITLE_PREFIX, DEFAULT_SKILLS_PROJECT, MAX_QUERY_TOKENS, PlaneSearcher,
     relaxed_queries,
 };
+pub use skills::{ConfluenceSkills, DirSkills, PlaneSkills, SkillPage, SkillSource, SkillWalk};
 
 /// The parent page of unreviewed skill drafts.
 pub const AUTO_DRAFTED_PARENT: &str = "Auto-Drafted Skills";

@@ -33,7 +33,7 @@ use crate::plane::{PlaneClient, PlaneError, SearchRow, http_client};
 /// parent cannot be looked up.
 pub const AUTO_DRAFT_TITLE_PREFIX: &str = "[Auto-draft] ";
 /// The Tool Skills project the importer publishes to by default.
-pub const DEFAULT_SKILLS_PROJECT: &str = "SKILLS";
+pub const DEFAULT_SKILLS_PROJECT: &str = super::import::DEFAULT_SKILLS_CONTAINER;
 /// Most distinct words the server accepts in one query.
 pub const MAX_QUERY_TOKENS: usize = 16;
 /// Shorter queries tried, in order, when the full one finds nothing.

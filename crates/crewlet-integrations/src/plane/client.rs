@@ -92,6 +92,8 @@ pub struct Page {
     pub parent: Option<String>,
     pub external_id: Option<String>,
     pub external_source: Option<String>,
+    /// Archived (`archived_at` set): Plane's way of removing a page.
+    pub archived: bool,
 }
 
 /// A workspace webhook. `Debug` never shows the secret.
@@ -171,6 +173,7 @@ impl Page {
             parent: id_ref(v, "parent").or_else(|| opt(v, "parent_id")),
             external_id: opt(v, "external_id"),
             external_source: opt(v, "external_source"),
+            archived: v.get("archived_at").is_some_and(|a| !a.is_null()),
         }
     }
 }

@@ -13,6 +13,8 @@ pub struct Cql {
     /// Content type (`page`).
     pub kind: Option<String>,
     pub title: Option<String>,
+    /// A label a hit must carry.
+    pub label: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +97,7 @@ pub fn parse(input: &str) -> Result<Cql, String> {
             ("text", Some(Token::Op("~"))) => cql.text = Some(value(it.next())?),
             ("title", Some(Token::Op("="))) => cql.title = Some(value(it.next())?),
             ("type", Some(Token::Op("="))) => cql.kind = Some(value(it.next())?),
+            ("label", Some(Token::Op("="))) => cql.label = Some(value(it.next())?),
             ("space", Some(Token::Op("="))) => cql.spaces = Some(vec![value(it.next())?]),
             ("space", Some(Token::Word(w))) if w.eq_ignore_ascii_case("in") => {
                 if it.next() != Some(Token::Op("(")) {
@@ -132,7 +135,8 @@ mod tests {
         assert_eq!(q.kind.as_deref(), Some("page"));
         assert_eq!(q.text.as_deref(), Some("say \"hi\""));
         assert!(parse("text ~ \"x\" OR space = A").is_err());
-        assert!(parse("label = x").is_err());
+        assert_eq!(parse("label = x").unwrap().label.as_deref(), Some("x"));
+        assert!(parse("label ~ x").is_err());
         assert!(parse("text ~ \"open").is_err());
     }
 }
