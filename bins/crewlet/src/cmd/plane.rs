@@ -3,7 +3,9 @@
 //! COMPANY` creates the company's projects, adds the seats as members and
 //! registers the workspace webhook on `{--base-url}/webhooks/plane`; it
 //! checks the seats' tokens but cannot mint them (Plane has no API for
-//! another user's token). `${VAR}`s are read from the env file first, then
+//! another user's token). `crewlet plane resync COMPANY` reads the Tool
+//! Skills project as the engine does and prints the skills it would load.
+//! `${VAR}`s are read from the env file first, then
 //! from the process environment. Exit codes: 0 done (or nothing to do),
 //! 1 something failed, 2 anything else (a refused preflight included).
 
@@ -11,13 +13,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use crewlet_integrations::knowledge::PlanePublisher;
 use crewlet_integrations::knowledge::import::DEFAULT_SKILLS_CONTAINER;
+use crewlet_integrations::knowledge::{PlanePublisher, PlaneSkills};
 use crewlet_integrations::plane::provision::{
     self, Options, PROVISION_TOKEN_VAR, TokenState, operator_client,
 };
 
-use super::confluence::publish;
+use super::confluence::{publish, resync};
 use super::provisioning::{Out, Secret, exit_code, load, runtime};
 
 #[derive(Debug, clap::Args)]
@@ -34,6 +36,21 @@ pub enum PlaneCommand {
     /// Create the company's projects, add the seats to them and register
     /// the workspace webhook; check every seat's token.
     Provision(ProvisionArgs),
+    /// Read the Tool Skills project the way the engine does and print what
+    /// it would load (a running engine re-reads it on its own).
+    Resync(ResyncArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResyncArgs {
+    /// The company file (its `integrations.plane` is used).
+    pub company: PathBuf,
+    /// The Tool Skills project.
+    #[arg(long, alias = "project", default_value = DEFAULT_SKILLS_CONTAINER, value_name = "IDENTIFIER")]
+    pub skills_project: String,
+    /// The env file `${VAR}`s are read from first.
+    #[arg(long, default_value = ".env", value_name = "PATH")]
+    pub env_file: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,7 +64,7 @@ pub struct ImportArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// The project tool skills are published to.
-    #[arg(long, default_value = DEFAULT_SKILLS_CONTAINER, value_name = "IDENTIFIER")]
+    #[arg(long, alias = "project", default_value = DEFAULT_SKILLS_CONTAINER, value_name = "IDENTIFIER")]
     pub skills_project: String,
     /// The env file `${VAR}`s are read from first.
     #[arg(long, default_value = ".env", value_name = "PATH")]
@@ -80,7 +97,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     match args.cmd {
         PlaneCommand::Import(a) => runtime.block_on(import_cmd(a)),
         PlaneCommand::Provision(a) => runtime.block_on(provision_cmd(a)),
+        PlaneCommand::Resync(a) => runtime.block_on(resync_cmd(a)),
     }
+}
+
+async fn resync_cmd(args: ResyncArgs) -> Result<ExitCode> {
+    let (company, _, env) = load(&args.company, &args.env_file)?;
+    let source =
+        PlaneSkills::from_company(&company, env, args.skills_project.trim()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the company has no enabled integrations.plane with url, workspace and token"
+            )
+        })?;
+    resync(&source).await
 }
 
 async fn import_cmd(args: ImportArgs) -> Result<ExitCode> {
