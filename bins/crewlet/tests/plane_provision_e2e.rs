@@ -82,18 +82,7 @@ async fn provision(dir: &Path, home: &Path, base: &str, env: &[(&str, &str)]) ->
             "--env-file",
             ".env",
         ]);
-    tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("cannot run crewlet plane provision: {e}"))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    output(cmd).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

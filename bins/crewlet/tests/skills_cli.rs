@@ -26,18 +26,7 @@ const KEYS: [&str; 5] = [
 async fn run(dir: &Path, args: Vec<String>) -> Output {
     let mut cmd = crewlet();
     cmd.current_dir(dir).args(args);
-    tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("cannot run crewlet: {e}"))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    output(cmd).await
 }
 
 /// import, resync, import again, for `backend` (`confluence` or `plane`).

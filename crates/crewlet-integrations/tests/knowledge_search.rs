@@ -74,9 +74,9 @@ async fn wiki() -> Wiki {
         "<p>deploy draft</p>",
         Some(&group),
     );
-    fake.add_space("SKILLS");
+    fake.add_space("TS");
     fake.add_page(
-        "SKILLS",
+        "TS",
         "Deploy tool skill",
         "<p>deploy with the tool</p>",
         None,
@@ -246,7 +246,7 @@ async fn tracker() -> Tracker {
     let cto = fake.add_user("cto", false);
     let eng_p = fake.add_project("ENG");
     let hb = fake.add_project("HB");
-    let skills = fake.add_project("SKILLS");
+    let skills = fake.add_project("TS");
     for p in [&eng_p, &hb, &skills] {
         for u in [&org, &eng, &cto] {
             fake.join(p, &u.id);

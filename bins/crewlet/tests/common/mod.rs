@@ -23,6 +23,24 @@ pub const WAIT: Duration = Duration::from_secs(90);
 /// call, answer after the tool, review).
 pub const TURN_USAGE: [(u64, u64); 4] = [(100, 20), (200, 30), (50, 10), (80, 15)];
 
+/// Runs `cmd` to its end off the async runtime (the fakes it talks to
+/// keep serving meanwhile).
+pub async fn output(mut cmd: Command) -> std::process::Output {
+    tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("cannot run crewlet: {e}"))
+}
+
+/// A finished command's stdout, then its stderr.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// The `crewlet` binary, with none of the machine's `CREWLET_*` settings.
 pub fn crewlet() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_crewlet"));

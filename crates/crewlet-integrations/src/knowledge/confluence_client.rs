@@ -116,18 +116,7 @@ impl ConfluenceClient {
         limit: usize,
         expand: &str,
     ) -> Result<Value, ConfluenceError> {
-        let query = [
-            ("cql", cql.to_owned()),
-            ("limit", limit.to_string()),
-            ("expand", expand.to_owned()),
-        ];
-        self.call(
-            reqwest::Method::GET,
-            "/rest/api/content/search",
-            &query,
-            None,
-        )
-        .await
+        self.search_from(cql, 0, limit, expand).await
     }
 
     /// `GET /rest/api/content/search` from result `start` on (paging).

@@ -64,7 +64,8 @@ pub struct Collected {
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-fn md_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// Every `.md` file under `dir`, in name order, hidden entries skipped.
+pub(crate) fn md_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {

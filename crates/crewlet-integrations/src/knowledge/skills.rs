@@ -13,7 +13,7 @@
 //! list the whole container, so a caller never mistakes half a container
 //! for all of it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use async_trait::async_trait;
 use crewlet_config::Company;
@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::confluence_client::ConfluenceClient;
 use super::creds::{ConfluenceAuth, expand};
+use super::import::md_files;
 use super::import_confluence::SKILL_LABEL;
 use super::markdown::{decode_entities, html_to_lines, split_frontmatter};
 use crate::plane::PlaneClient;
@@ -298,26 +299,6 @@ impl DirSkills {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
     }
-}
-
-fn md_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            md_files(&path, out)?;
-        } else if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("md"))
-        {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 #[async_trait]
