@@ -356,9 +356,10 @@ async fn plan_tool_call_review_done_with_exact_token_totals() -> TestResult {
         .unwrap_or_default();
     assert!(plan_system.contains("## Tool catalogue"));
     assert!(plan_system.contains("- explode: Always panics."));
-    // Execute: only what the plan needs
-    assert_eq!(tools(1), ["lookup"]);
-    assert_eq!(tools(2), ["lookup"]);
+    // Execute: what the plan needs, and the discovery pair
+    let execute = ["list_mcp_server_tools", "activate_tool", "lookup"];
+    assert_eq!(tools(1), execute);
+    assert_eq!(tools(2), execute);
     assert_eq!(reqs[2].body["messages"].as_array().map(Vec::len), Some(4));
     assert_eq!(
         reqs[2].body["messages"][3]["content"],
@@ -485,7 +486,8 @@ async fn direct_turn_skips_review() -> TestResult {
             Reply::tool_call("submit_plan", plan_args("direct", &[])).usage(50, 5),
         )
         .on(
-            When::no_tools(),
+            // Execute: a plan that names no tool still has the discovery pair.
+            When::tool_offered("activate_tool"),
             Reply::text("Hello! The answer is 42.").usage(60, 6),
         );
     let h = harness(script, Setup::default()).await?;
@@ -636,7 +638,10 @@ fn iterate_script(artifacts: &[&str]) -> Script {
             When::tool_offered("submit_plan"),
             Reply::tool_call("submit_plan", plan_args("plan", &[])).usage(10, 1),
         )
-        .on(When::no_tools(), Reply::text("worked on it").usage(10, 1))
+        .on(
+            When::tool_offered("activate_tool"),
+            Reply::text("worked on it").usage(10, 1),
+        )
 }
 
 fn assert_guard(h: &Harness, o: &TurnOutcome, kind: GuardKind) {
