@@ -374,20 +374,42 @@ async fn pulsar_rows(url: &str, events: usize) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
+/// The figure `key` of `cargo xtask bench ceilings`, when the xtask passed
+/// its file (`CREWLET_BENCH_CEILINGS`).
+fn ceiling(key: &str) -> Option<f64> {
+    let path = std::env::var_os("CREWLET_BENCH_CEILINGS")?;
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
 fn print(rows: &[Row]) {
+    let e2e = ceiling("pulsar_end_to_end");
     println!(
-        "{:<8} {:<52} {:>9} {:>12} {:>13} {:>13}",
-        "backend", "scenario", "events", "events/s", "publish p50", "publish p99"
+        "{:<8} {:<52} {:>9} {:>12} {:>13} {:>13} {:>12}",
+        "backend", "scenario", "events", "events/s", "publish p50", "publish p99", "of ceiling"
     );
     for r in rows {
+        let share = match (r.backend, e2e) {
+            ("pulsar", Some(c)) if c > 0.0 => format!("{:.1}%", 100.0 * r.per_sec / c),
+            _ => "-".to_owned(),
+        };
         println!(
-            "{:<8} {:<52} {:>9} {:>12.0} {:>10.1} µs {:>10.1} µs",
+            "{:<8} {:<52} {:>9} {:>12.0} {:>10.1} µs {:>10.1} µs {:>12}",
             r.backend,
             r.scenario,
             r.events,
             r.per_sec,
             r.p50.as_secs_f64() * 1e6,
-            r.p99.as_secs_f64() * 1e6
+            r.p99.as_secs_f64() * 1e6,
+            share
+        );
+    }
+    if let Some(c) = e2e {
+        println!(
+            "ceiling: pulsar-perf produce -> consume (Shared, unbatched) {c:.0} events/s on this broker"
         );
     }
 }

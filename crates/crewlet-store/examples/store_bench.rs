@@ -32,6 +32,8 @@ struct Args {
     buffered: usize,
     per_publish: usize,
     phase_share: f64,
+    /// Only the raw COPY (the ceiling `cargo xtask bench ceilings` reads).
+    copy_only: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -40,6 +42,7 @@ fn args() -> anyhow::Result<Args> {
         buffered: 200_000,
         per_publish: 20_000,
         phase_share: 0.4,
+        copy_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -49,13 +52,14 @@ fn args() -> anyhow::Result<Args> {
             "--buffered" => a.buffered = value()?.parse()?,
             "--per-publish" => a.per_publish = value()?.parse()?,
             "--phase-share" => a.phase_share = value()?.parse()?,
+            "--copy-only" => a.copy_only = true,
             "--quick" => {
                 a.events = 100_000;
                 a.buffered = 20_000;
                 a.per_publish = 2_000;
             }
             other => bail!(
-                "unknown flag {other}; flags: --events N --buffered N --per-publish N --phase-share F --quick"
+                "unknown flag {other}; flags: --events N --buffered N --per-publish N --phase-share F --copy-only --quick"
             ),
         }
     }
@@ -181,6 +185,19 @@ async fn main() -> anyhow::Result<()> {
     let pg = Arc::new(PostgresEventStore::new(db.clone()));
     let mut generator = Generator::new(args.phase_share);
     let today = Days::hours(12);
+    if args.copy_only {
+        let events = generator.batch(args.buffered, today);
+        let started = Instant::now();
+        for chunk in events.chunks(20_000) {
+            pg.copy_in(chunk).await?;
+        }
+        println!(
+            "copy_rows_per_sec {:.0}",
+            rate(args.buffered, started.elapsed())
+        );
+        drop(fresh);
+        return Ok(());
+    }
 
     // 1. buffered
     let events = generator.batch(args.buffered, today);

@@ -37,6 +37,8 @@ macro_rules! benches {
 }
 
 benches! {
+    /// The ceilings of this machine: Pulsar's own `pulsar-perf` (produce unbatched and batched, produce -> consume) and a raw PostgreSQL `COPY`; written to target/bench/ceilings.json for the other benches.
+    Ceilings => ceilings,
     /// Wall time of `crewlet validate` on a company file (release build).
     Validate => validate,
     /// Wall time and peak RSS of validating huge generated company files (a 10,000-seat manager chain, 100,000 unknown keys).
@@ -78,7 +80,7 @@ pub fn release_binary(name: &str) -> PathBuf {
     target_dir().join("release").join(name)
 }
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     let root = workspace_root();
     match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
         Some(dir) if Path::new(&dir).is_absolute() => PathBuf::from(dir),

@@ -45,6 +45,7 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(url) = &args.url {
         cargo.args(["--url", url]);
     }
+    super::ceilings::pass_to(&mut cargo);
     println!("bench: {}", cmd::describe(&cargo));
     cmd::run(&mut cargo).context("the queue bench failed")
 }
