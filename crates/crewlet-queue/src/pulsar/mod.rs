@@ -19,11 +19,14 @@
 //! - A broker that is not ready yet (starting, restarting, loading a topic)
 //!   is waited for by `connect`, `subscribe` and the first producer of each
 //!   topic, for `startup_retry` (60 s); see `retry.rs`.
+//! - `TCP_NODELAY` is set on the client's broker sockets (`nodelay.rs`):
+//!   without it acks and permit grants stall on delayed ACKs.
 //! - Streams are non-durable subscriptions (one per matching topic, found by
 //!   listing the namespace every `stream_refresh`): they keep no backlog.
 
 mod connect;
 mod member;
+mod nodelay;
 mod options;
 mod retry;
 mod stream;
@@ -90,16 +93,17 @@ impl PulsarQueue {
         let client = connect::client(&options).await?;
         connect::check_namespace(&client, &options).await?;
         tracing::info!(url = %options.url, tenant = %options.tenant, namespace = %options.namespace, "connected to pulsar");
-        Ok(Self {
-            inner: Arc::new(Inner {
-                client,
-                node: Arc::new(Node::new(options.delivery.clone())),
-                options,
-                producers: parking_lot::Mutex::new(HashMap::new()),
-                dead_letter_keepers: AsyncMutex::new(HashSet::new()),
-                next_consumer: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        let port = nodelay::broker_port(&options.url);
+        let inner = Arc::new(Inner {
+            client,
+            node: Arc::new(Node::new(options.delivery.clone())),
+            options,
+            producers: parking_lot::Mutex::new(HashMap::new()),
+            dead_letter_keepers: AsyncMutex::new(HashSet::new()),
+            next_consumer: std::sync::atomic::AtomicU64::new(0),
+        });
+        nodelay::spawn(Arc::downgrade(&inner), port);
+        Ok(Self { inner })
     }
 
     pub fn options(&self) -> &PulsarOptions {
