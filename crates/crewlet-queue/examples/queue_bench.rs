@@ -133,7 +133,13 @@ fn bench_topic(scenario: &str) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    format!("bench.{slug}.{}", uuid::Uuid::new_v4().simple())
+    // An event scenario publishes to an event topic (batched producers).
+    let prefix = if scenario.contains("event topic") {
+        "crewlet.events.bench"
+    } else {
+        "bench"
+    };
+    format!("{prefix}.{slug}.{}", uuid::Uuid::new_v4().simple())
 }
 
 /// Sequential publishes (each awaited), latency sampled every `sample`th.
@@ -365,6 +371,21 @@ async fn pulsar_rows(url: &str, events: usize) -> Result<Vec<Row>, String> {
         if prefetch == 64 {
             rows.push(run_paced(publisher.clone(), consumer.clone(), 5).await?);
         }
+        if prefetch == 256 {
+            let one = "event topic (batched), 1 group, 1000 in flight, prefetch 256";
+            rows.push(
+                run_pipelined(
+                    one,
+                    &*publisher,
+                    std::slice::from_ref(&consumer),
+                    events,
+                    1000,
+                )
+                .await?,
+            );
+            let four = "event topic (batched), 4 members, 1000 in flight, prefetch 256";
+            rows.push(run_pipelined(four, &*publisher, &members, events, 1000).await?);
+        }
         nodes.push(consumer);
         nodes.extend(members);
     }
@@ -388,7 +409,7 @@ fn ceiling(key: &str) -> Option<f64> {
 fn print(rows: &[Row]) {
     let e2e = ceiling("pulsar_end_to_end");
     println!(
-        "{:<8} {:<52} {:>9} {:>12} {:>13} {:>13} {:>12}",
+        "{:<8} {:<64} {:>9} {:>12} {:>13} {:>13} {:>12}",
         "backend", "scenario", "events", "events/s", "publish p50", "publish p99", "of ceiling"
     );
     for r in rows {
@@ -397,7 +418,7 @@ fn print(rows: &[Row]) {
             _ => "-".to_owned(),
         };
         println!(
-            "{:<8} {:<52} {:>9} {:>12.0} {:>10.1} µs {:>10.1} µs {:>12}",
+            "{:<8} {:<64} {:>9} {:>12.0} {:>10.1} µs {:>10.1} µs {:>12}",
             r.backend,
             r.scenario,
             r.events,

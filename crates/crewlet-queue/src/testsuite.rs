@@ -624,6 +624,50 @@ pub async fn failed_message_is_redelivered_until_success(f: &dyn QueueFactory) {
     q.shutdown().await;
 }
 
+/// Event topics may batch on the wire (Pulsar does): many concurrent
+/// publishes each return only once stored, every message reaches the group
+/// exactly once, and a message whose handler fails is retried on its own
+/// while the rest of its batch stays done.
+pub async fn event_topics_deliver_each_message_once_and_retry_one(f: &dyn QueueFactory) {
+    let q = f.node(fast_delivery()).await;
+    let topic = format!("crewlet.events.test-batched.{}", Uuid::new_v4().simple());
+    let rec = Recorder::new();
+    let r = rec.clone();
+    let handler = handler_fn(move |d: Delivery| {
+        let r = r.clone();
+        async move {
+            let fail = d.event.summary == "e17" && d.attempt == 1;
+            r.record(d);
+            if fail {
+                Err(HandlerError::new("once"))
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let _sub = subscribe_ok(&*q, &topic, "g", handler).await;
+    let events: Vec<Event> = (0..300).map(|i| test_event(format!("e{i}"))).collect();
+    let published: Vec<_> = events.iter().map(|e| e.id).collect();
+    let results = futures::future::join_all(events.iter().map(|e| q.publish(&topic, e))).await;
+    assert!(results.iter().all(Result::is_ok), "a publish failed");
+    rec.wait_for(301, f.patience(), "batched delivery").await;
+    tokio::time::sleep(f.grace()).await;
+    let seen = rec.seen();
+    let done: Vec<_> = seen
+        .iter()
+        .filter(|d| !(d.event.summary == "e17" && d.attempt == 1))
+        .map(|d| d.event.id)
+        .collect();
+    assert_exactly_once(&done, &published, "batched delivery");
+    let retried: Vec<u32> = seen
+        .iter()
+        .filter(|d| d.event.summary == "e17")
+        .map(|d| d.attempt)
+        .collect();
+    assert_eq!(retried, [1, 2], "only the failed message is retried");
+    q.shutdown().await;
+}
+
 /// After `max_redeliveries` the message goes to `dlq-{topic}-{group}`; the
 /// attempt count survives a member detaching and another node attaching.
 pub async fn exhausted_message_is_dead_lettered_with_attempts_intact(f: &dyn QueueFactory) {
@@ -978,6 +1022,7 @@ pub async fn run_all(f: &dyn QueueFactory) {
     new_group_starts_at_earliest(f).await;
     batches_split_by_key_and_settle_per_part(f).await;
     failed_message_is_redelivered_until_success(f).await;
+    event_topics_deliver_each_message_once_and_retry_one(f).await;
     exhausted_message_is_dead_lettered_with_attempts_intact(f).await;
     streams_match_wildcards(f).await;
     streams_see_the_first_event_of_a_new_topic(f).await;
@@ -1001,6 +1046,7 @@ macro_rules! conformance_tests {
             new_group_starts_at_earliest,
             batches_split_by_key_and_settle_per_part,
             failed_message_is_redelivered_until_success,
+            event_topics_deliver_each_message_once_and_retry_one,
             exhausted_message_is_dead_lettered_with_attempts_intact,
             streams_match_wildcards,
             streams_see_the_first_event_of_a_new_topic,

@@ -2,9 +2,12 @@
 //!
 //! - Topic `persistent://{tenant}/{namespace}/{subject}`; a group is a Shared
 //!   subscription of that name, created at `Earliest`.
-//! - Producers are cached per topic, without batching (inbox and command
-//!   topics need each message on its own); the pulsar client re-creates them
-//!   after a broker restart and `publish` retries 5 times (0.5/1/2/4 s).
+//! - Producers are cached per topic. Event and notification topics batch
+//!   (up to 1,000 messages or 128 KiB, waiting at most 1 ms), each message
+//!   still acknowledged to its publisher only once stored; inbox and command
+//!   topics never batch (each message on its own). The pulsar client
+//!   re-creates producers after a broker restart and `publish` retries 5
+//!   times (0.5/1/2/4 s).
 //! - Consumers take `prefetch` (64) messages ahead. There is **no ack
 //!   timeout**: a message is redelivered only when its handler fails or its
 //!   consumer disconnects, so an LLM turn may take as long as it needs.
@@ -111,6 +114,39 @@ impl PulsarQueue {
     }
 }
 
+/// Subjects whose producers batch: events and notifications, many small
+/// messages that any member of a group may take in any grouping. Inboxes
+/// and commands are never batched: a seat takes one message at a time, and
+/// a batch would hand it several at once.
+pub const BATCHED_PREFIXES: [&str; 2] = ["crewlet.events.", "crewlet.notifications."];
+/// Longest a message waits for its batch to fill.
+pub const BATCH_TIMEOUT: Duration = Duration::from_millis(1);
+/// Most messages and bytes in one batch.
+pub const BATCH_MESSAGES: u32 = 1000;
+pub const BATCH_BYTES: usize = 128 * 1024;
+
+fn producer_options(full_topic: &str) -> ProducerOptions {
+    let subject = full_topic.rsplit('/').next().unwrap_or(full_topic);
+    if BATCHED_PREFIXES.iter().any(|p| subject.starts_with(p)) {
+        // Each message still gets its own receipt, only once the broker has
+        // stored its batch: durability is unchanged, a publish waits at most
+        // BATCH_TIMEOUT more.
+        ProducerOptions {
+            batch_size: Some(BATCH_MESSAGES),
+            batch_byte_size: Some(BATCH_BYTES),
+            batch_timeout: Some(BATCH_TIMEOUT),
+            block_queue_if_full: true,
+            ..ProducerOptions::default()
+        }
+    } else {
+        ProducerOptions {
+            batch_size: None,
+            block_queue_if_full: true,
+            ..ProducerOptions::default()
+        }
+    }
+}
+
 pub(crate) async fn bounded<T: Send + 'static>(
     limit: Duration,
     operation: impl std::future::Future<Output = T> + Send + 'static,
@@ -171,12 +207,7 @@ impl Inner {
         self.client
             .producer()
             .with_topic(full_topic)
-            .with_options(ProducerOptions {
-                // No batching: each inbox/command message is sent and acknowledged on its own.
-                batch_size: None,
-                block_queue_if_full: true,
-                ..ProducerOptions::default()
-            })
+            .with_options(producer_options(full_topic))
             .build()
             .await
     }
