@@ -211,6 +211,16 @@ impl ToolSkill {
         })
     }
 
+    /// The skill as a listing shows it, variables substituted.
+    fn entry(&self, vars: &BTreeMap<String, String>) -> CatalogueEntry {
+        CatalogueEntry {
+            key: self.key.clone(),
+            title: substitute(&self.title, vars),
+            summary: substitute(&self.summary, vars),
+            required: self.required,
+        }
+    }
+
     fn listed_in(&self, phase: Phase) -> bool {
         SkillPhase::of(phase).is_some_and(|p| self.phases.contains(&p))
     }
@@ -355,12 +365,7 @@ impl ToolSkills {
             .read()
             .values()
             .filter(|s| s.listed_in(phase) && s.trigger.fires(surface))
-            .map(|s| CatalogueEntry {
-                key: s.key.clone(),
-                title: substitute(&s.title, &vars),
-                summary: substitute(&s.summary, &vars),
-                required: s.required,
-            })
+            .map(|s| s.entry(&vars))
             .collect()
     }
 
@@ -410,12 +415,7 @@ impl ToolSkills {
                     && s.trigger.covers(tool)
                     && s.trigger.fires(seat_tools)
             })
-            .map(|s| CatalogueEntry {
-                key: s.key.clone(),
-                title: substitute(&s.title, &vars),
-                summary: substitute(&s.summary, &vars),
-                required: true,
-            })
+            .map(|s| s.entry(&vars))
             .collect()
     }
 

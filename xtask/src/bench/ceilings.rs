@@ -12,9 +12,9 @@
 //!   ceiling step alone).
 //!
 //! The figures are printed and written to `target/bench/ceilings.txt` (one
-//! `name value` per line);
-//! `bench queue` and `bench store` print their own figures as a share of
-//! them when that file exists.
+//! `name value` per line); `bench queue` prints its Pulsar figures as a
+//! share of them when that file exists (`bench store` measures its own
+//! `COPY` ceiling in the same run).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -38,7 +38,6 @@ pub fn run(args: Args) -> Result<()> {
             &args.per_publish.to_string(),
         ]);
     }
-    super::ceilings::pass_to(&mut cargo);
     println!("bench: {}", cmd::describe(&cargo));
     cmd::run(&mut cargo).context("the store bench failed")
 }

@@ -4,7 +4,7 @@
 //! `list_mcp_server_tools` / `activate_tool`, with which a phase picks up a
 //! tool of the seat's catalogue that the plan did not name.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -183,7 +183,7 @@ pub(super) fn find<'t>(seat_tools: &'t [Arc<dyn Tool>], name: &str) -> Option<&'
 /// activated.
 pub(super) fn activate(
     seat_tools: &[Arc<dyn Tool>],
-    offered: &BTreeSet<String>,
+    offered: &HashSet<&str>,
     args: &Value,
     session: &mut Session,
 ) -> (Result<String, String>, Option<String>) {
@@ -199,7 +199,7 @@ pub(super) fn activate(
         );
     };
     let registered = tool.name().to_owned();
-    if offered.contains(&registered) || session.activated.contains(&registered) {
+    if offered.contains(registered.as_str()) || session.activated.contains(&registered) {
         return (Ok(format!("`{registered}` is already callable.")), None);
     }
     session.activated.push(registered.clone());

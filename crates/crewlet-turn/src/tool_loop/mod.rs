@@ -13,7 +13,7 @@ mod meta;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -339,7 +339,6 @@ pub async fn run_tool_loop<D>(
             guard: env.skills.filter(|_| meta.skills_on(env.skills)),
             discovery: meta.discovery,
         };
-        let offered_set: BTreeSet<String> = offered.iter().map(|t| t.name().to_owned()).collect();
         let mut notices = Vec::new();
         let resolved: Vec<Resolved> = tool_calls
             .iter()
@@ -362,7 +361,7 @@ pub async fn run_tool_loop<D>(
                     LIST_MCP_SERVER_TOOLS => meta::list_tools(&seat_tools, &args),
                     _ => {
                         let (answer, activated) =
-                            meta::activate(&seat_tools, &offered_set, &args, &mut session);
+                            meta::activate(&seat_tools, &round.offered, &args, &mut session);
                         if let Some(tool) = activated {
                             notices.push(LoopNotice::ToolActivated { tool });
                         }
