@@ -202,7 +202,10 @@ pub fn turn_block(trigger: &Trigger, brief: &PhaseBrief<'_>) -> String {
     if let Some(channel) = &trigger.channel {
         let _ = write!(out, "; channel: {channel}");
     }
-    let _ = writeln!(out, "; task: {}", trigger.task_id);
+    // No task id: it is new on every wake, and the model never needs it
+    // (tools get it from their context), while a prompt cache would lose
+    // everything after it.
+    out.push('\n');
     let _ = writeln!(out, "\n{}", trigger.content.trim());
 
     match brief {
@@ -489,6 +492,26 @@ mod tests {
         let bare_seat = SeatProfile::new("Bare", "x", "Helper");
         let text = identity_block(&bare_company, &bare_seat, Phase::Execute);
         assert_eq!(headings(&text), ["# Company", "# Your seat", "# Phase"]);
+    }
+
+    #[test]
+    fn the_system_prompt_is_byte_stable_across_turns_of_the_same_trigger() {
+        // Two wakes by the same request are two tasks: nothing per-wake
+        // (task id, time, uuid) may enter the system prompt, so a provider's
+        // prompt cache serves the second from the first.
+        let plan = plan();
+        let brief = PhaseBrief::Execute {
+            skills: "",
+            plan: &plan,
+            memory: &[],
+        };
+        let first = trigger();
+        let mut second = trigger();
+        second.task_id = "task-2".into();
+        let a = system_prompt(&company(), &seat(), &first, &brief);
+        let b = system_prompt(&company(), &seat(), &second, &brief);
+        assert_eq!(a, b);
+        assert!(!a[1].text.contains("task-1"), "{}", a[1].text);
     }
 
     #[test]

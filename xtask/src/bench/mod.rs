@@ -63,6 +63,8 @@ benches! {
     Mattermost => mattermost,
     /// Knowledge: search latency as a seat (p50/p99, the auxiliary query excluded) and the import of 1,000 Markdown pages, against the fake Confluence and Plane.
     Knowledge => knowledge,
+    /// Tokens per turn: prompt, tools-schema and completion tokens per phase (o200k_base), bytes sent and cached-prefix share of a reference turn, beside the original engine's on the same turn.
+    Tokens => tokens,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.
