@@ -4,6 +4,11 @@
 //! loopback), against the API embedded on the memory broker and, when
 //! `cargo xtask services up` has started them, the standalone API on
 //! Pulsar + PostgreSQL. Prints a markdown table.
+//!
+//! `--wrk` measures the real binary instead: `crewlet` is built in release
+//! mode and run as `crewlet run` (embedded) and `crewlet run api` (Pulsar +
+//! PostgreSQL), and `wrk` (Debian package `wrk`) sends pre-signed
+//! deliveries, each body different.
 
 use anyhow::{Context, Result};
 
@@ -23,9 +28,31 @@ pub struct Args {
     /// `memory`, `standalone` (Pulsar + PostgreSQL) or `all`.
     #[arg(long, default_value = "all")]
     pub target: String,
+    /// Measure the release `crewlet` binary with `wrk` instead.
+    #[arg(long)]
+    pub wrk: bool,
+    /// Length of each wrk run.
+    #[arg(long, default_value_t = 10)]
+    pub wrk_seconds: u64,
+    /// Distinct signed deliveries prepared for each wrk run.
+    #[arg(long, default_value_t = 300_000)]
+    pub wrk_requests: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let binary = if args.wrk {
+        if std::process::Command::new("wrk")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            anyhow::bail!("bench api --wrk needs wrk: `apt-get install wrk`");
+        }
+        super::cargo_build_release("crewlet")?;
+        Some(super::release_binary("crewlet"))
+    } else {
+        None
+    };
     let mut cargo = super::release_example("crewlet-api", None, "api_bench");
     cargo.args([
         "--requests",
@@ -37,6 +64,13 @@ pub fn run(args: Args) -> Result<()> {
         "--target",
         &args.target,
     ]);
+    if let Some(binary) = binary {
+        cargo
+            .arg("--wrk")
+            .arg(binary)
+            .args(["--wrk-seconds", &args.wrk_seconds.to_string()])
+            .args(["--wrk-requests", &args.wrk_requests.to_string()]);
+    }
     println!("bench: {}", cmd::describe(&cargo));
     cmd::run(&mut cargo).context("the api bench failed")
 }

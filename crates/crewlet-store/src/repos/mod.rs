@@ -1,6 +1,7 @@
 //! Operational tables, one small trait per table group, each with a
 //! PostgreSQL and an in-memory implementation of the same semantics.
 
+mod claim_batch;
 pub mod config_revisions;
 pub mod follows;
 pub mod ledger;

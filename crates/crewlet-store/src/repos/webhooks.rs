@@ -3,10 +3,12 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 
+use super::claim_batch::ClaimBatcher;
 use crate::db::Database;
 use crate::error::{StoreError, query_err};
 
@@ -115,14 +117,20 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
     }
 }
 
+/// Claims from concurrent requests are group-committed: one statement per
+/// batch (see `claim_batch`).
 #[derive(Clone, Debug)]
 pub struct PostgresWebhookDeliveries {
     db: Database,
+    claims: Arc<ClaimBatcher>,
 }
 
 impl PostgresWebhookDeliveries {
     pub fn new(db: Database) -> Self {
-        Self { db }
+        Self {
+            claims: Arc::new(ClaimBatcher::new(db.clone())),
+            db,
+        }
     }
 }
 
@@ -134,24 +142,7 @@ impl WebhookDeliveries for PostgresWebhookDeliveries {
         delivery_key: &str,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let client = self.db.client().await?;
-        let window_start = at - DUPLICATE_WINDOW;
-        // Inserted, or re-claimed because the last claim left the window:
-        // either way a row comes back; a duplicate returns none.
-        let row = client
-            .query_opt(
-                "INSERT INTO webhook_deliveries (source, delivery_key, seen_at)
-                 VALUES ($1, $2, $3)
-                 ON CONFLICT (source, delivery_key) DO UPDATE SET seen_at = EXCLUDED.seen_at
-                 WHERE webhook_deliveries.seen_at <= $4
-                 RETURNING 1",
-                &[&source, &delivery_key, &at, &window_start],
-            )
-            .await
-            .map_err(query_err(format!(
-                "claiming webhook delivery `{source}`/`{delivery_key}`"
-            )))?;
-        Ok(row.is_some())
+        self.claims.claim(source, delivery_key, at).await
     }
 
     async fn is_claimed_at(
@@ -160,17 +151,22 @@ impl WebhookDeliveries for PostgresWebhookDeliveries {
         delivery_key: &str,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
+        let what = || format!("looking up webhook delivery `{source}`/`{delivery_key}`");
         let client = self.db.client().await?;
-        let row = client
-            .query_opt(
+        let statement = client
+            .prepare_cached(
                 "SELECT 1 FROM webhook_deliveries
                  WHERE source = $1 AND delivery_key = $2 AND seen_at > $3",
+            )
+            .await
+            .map_err(query_err(what()))?;
+        let row = client
+            .query_opt(
+                &statement,
                 &[&source, &delivery_key, &(at - DUPLICATE_WINDOW)],
             )
             .await
-            .map_err(query_err(format!(
-                "looking up webhook delivery `{source}`/`{delivery_key}`"
-            )))?;
+            .map_err(query_err(what()))?;
         Ok(row.is_some())
     }
 

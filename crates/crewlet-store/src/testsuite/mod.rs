@@ -95,6 +95,7 @@ macro_rules! webhook_deliveries_conformance {
                 is_claimed_looks_without_claiming,
                 gc_removes_old_claims_and_the_key_is_claimable_again,
                 concurrent_claims_of_one_delivery_let_exactly_one_win,
+                concurrent_claims_of_many_deliveries_let_one_win_each,
             ]
         );
     };

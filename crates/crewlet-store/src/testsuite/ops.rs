@@ -127,6 +127,52 @@ pub async fn concurrent_claims_of_one_delivery_let_exactly_one_win(
     assert_eq!(won, 1);
 }
 
+/// Many deliveries claimed at once (what a group-committing store turns
+/// into shared statements): each key is won exactly once, the same key
+/// under two sources is two claims, and keys claimed before stay claimed.
+pub async fn concurrent_claims_of_many_deliveries_let_one_win_each(
+    repo: Arc<dyn WebhookDeliveries>,
+) {
+    let t = Utc::now();
+    assert!(ok(
+        repo.claim_at("github", "many-0", t).await,
+        "claim before"
+    ));
+    let mut tasks = Vec::new();
+    for round in 0..4 {
+        for key in 0..50 {
+            for source in ["github", "gitlab"] {
+                let repo = Arc::clone(&repo);
+                tasks.push(tokio::spawn(async move {
+                    let won = repo.claim_at(source, &format!("many-{key}"), t).await;
+                    (source, key, round, won)
+                }));
+            }
+        }
+    }
+    let mut wins = std::collections::BTreeMap::new();
+    for task in tasks {
+        let (source, key, _round, won) = ok(task.await, "claim task");
+        if ok(won, "claim") {
+            *wins.entry((source, key)).or_insert(0) += 1;
+        }
+    }
+    for key in 0..50 {
+        for source in ["github", "gitlab"] {
+            let expected = usize::from(!(source == "github" && key == 0));
+            assert_eq!(
+                wins.get(&(source, key)).copied().unwrap_or(0),
+                expected,
+                "{source}/many-{key}"
+            );
+        }
+    }
+    assert!(!ok(
+        repo.claim_at("gitlab", "many-7", t).await,
+        "claim after"
+    ));
+}
+
 pub async fn follow_unfollow_and_followers(repo: Arc<dyn ThreadFollows>) {
     let thread = ThreadRef::new("slack", "C1", "1700000000.0001");
     let other = ThreadRef::new("slack", "C1", "1700000000.0002");

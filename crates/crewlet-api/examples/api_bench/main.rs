@@ -15,7 +15,11 @@
 //! `crewlet-telemetry` one installed (spans with OpenTelemetry ids, log lines
 //! to a sink, no exporter), which `standalone` keeps.
 //!
-//! Every request is a unique delivery (no dedupe hits). Bounded: it sends
+//! With `--wrk BIN`, the same two targets are measured with `wrk` against
+//! the real `crewlet` binary instead (see `wrk.rs`).
+//!
+//! Every request is a unique delivery with its own body (no dedupe hits,
+//! neither on the delivery id nor on the content digest). Bounded: it sends
 //! exactly `--requests` requests (plus `--warmup`) and stops.
 
 use std::sync::Arc;
@@ -34,16 +38,26 @@ use crewlet_store::{MigrationOptions, NewRevision, Stores};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+mod wrk;
+
 const SECRET: &str = "bench-secret";
+/// Deliveries are assigned to the human founder: the engine's router routes
+/// each (dedupe, routing record) and wakes no turn.
 const COMPANY: &str = r#"
 name: Bench Co
 providers:
   llm:
-    main: {type: openai, model: m, api_keys: ["${OPENAI_API_KEY}"]}
+    main: {type: openai, model: m, api_keys: ["${OPENAI_API_KEY}"], base_url: "http://127.0.0.1:9/v1"}
 integrations:
   github:
     webhook_secret: bench-secret
 roles:
+  - name: Founder
+    kind: human
+    handle: founder
+    manages: [Engineer]
+    contact:
+      github_login: ada-bench
   - name: Engineer
     handle: eng
 "#;
@@ -54,6 +68,10 @@ struct Args {
     connections: usize,
     warmup: usize,
     target: String,
+    /// The `crewlet` binary to measure with wrk.
+    wrk: Option<std::path::PathBuf>,
+    wrk_seconds: u64,
+    wrk_requests: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -62,6 +80,9 @@ fn parse_args() -> Result<Args> {
         connections: 32,
         warmup: 2_000,
         target: "all".into(),
+        wrk: None,
+        wrk_seconds: 10,
+        wrk_requests: 300_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,8 +92,11 @@ fn parse_args() -> Result<Args> {
             "--connections" => args.connections = value()?.parse()?,
             "--warmup" => args.warmup = value()?.parse()?,
             "--target" => args.target = value()?,
+            "--wrk" => args.wrk = Some(value()?.into()),
+            "--wrk-seconds" => args.wrk_seconds = value()?.parse()?,
+            "--wrk-requests" => args.wrk_requests = value()?.parse()?,
             other => bail!(
-                "unknown argument {other}; use --requests N --connections C --warmup N --target memory|standalone|all"
+                "unknown argument {other}; use --requests N --connections C --warmup N --target memory|standalone|all [--wrk CREWLET_BIN --wrk-seconds S --wrk-requests N]"
             ),
         }
     }
@@ -110,11 +134,13 @@ impl Report {
     }
 }
 
-fn body() -> Vec<u8> {
+/// Delivery `i`'s body: every body differs, so the content-digest dedupe
+/// (the replay key) sees new deliveries, not resends.
+fn body(run: &str, i: usize) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "action": "opened",
-        "issue": {"number": 42, "title": "Crash on start", "body": "Steps: run it. @eng can you take this?",
-                  "html_url": "https://github.com/acme/app/issues/42", "assignees": [{"login": "eng"}]},
+        "issue": {"number": i, "title": format!("Crash on start #{i} ({run})"), "body": "Steps: run it, then look at the log.",
+                  "html_url": "https://github.com/acme/app/issues/42", "assignees": [{"login": "ada-bench"}]},
         "repository": {"full_name": "acme/app"},
         "sender": {"login": "octocat", "type": "User"}
     }))
@@ -137,8 +163,6 @@ async fn load(
     count: usize,
     connections: usize,
 ) -> Result<(Vec<Duration>, usize, Duration)> {
-    let body = axum::body::Bytes::from(body());
-    let sig = signature(&body)?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(connections)
         .tcp_nodelay(true)
@@ -147,11 +171,9 @@ async fn load(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
-        let (client, next, body, sig, url, prefix) = (
+        let (client, next, url, prefix) = (
             client.clone(),
             next.clone(),
-            body.clone(),
-            sig.clone(),
             url.to_owned(),
             prefix.to_owned(),
         );
@@ -163,6 +185,11 @@ async fn load(
                 if i >= count {
                     break;
                 }
+                let body = axum::body::Bytes::from(body(&prefix, i));
+                let Ok(sig) = signature(&body) else {
+                    errors += 1;
+                    continue;
+                };
                 let t = Instant::now();
                 let r = client
                     .post(&url)
@@ -170,7 +197,7 @@ async fn load(
                     .header("x-github-event", "issues")
                     .header("x-github-delivery", format!("{prefix}-{i}"))
                     .header("x-hub-signature-256", &sig)
-                    .body(body.clone())
+                    .body(body)
                     .send()
                     .await;
                 match r {
@@ -280,7 +307,11 @@ async fn embedded_memory(args: &Args, label: &str) -> Result<Report> {
     report
 }
 
-async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
+/// A fresh database holding the bench company and the bench's own Pulsar
+/// namespace (so no other subscription sees its deliveries); `None` when
+/// the services are not up.
+async fn bench_services() -> Result<Option<(crewlet_test_support::database::FreshDatabase, String)>>
+{
     use crewlet_test_support::services;
     let (Some(admin_dsn), Some(pulsar_url)) =
         (services::require_postgres(), services::require_pulsar())
@@ -290,7 +321,6 @@ async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
         );
         return Ok(None);
     };
-    // A namespace of its own, so no other subscription sees the bench's deliveries.
     let admin = services::pulsar_admin_url();
     let r = reqwest::Client::new()
         .put(format!(
@@ -308,6 +338,13 @@ async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
     let db = crewlet_test_support::database::FreshDatabase::create(&admin_dsn).await;
     let (stores, _) = Stores::open(&db.dsn, MigrationOptions::default()).await?;
     import(&stores).await?;
+    Ok(Some((db, pulsar_url)))
+}
+
+async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
+    let Some((db, pulsar_url)) = bench_services().await? else {
+        return Ok(None);
+    };
     let bootstrap = Bootstrap {
         providers: BootstrapProviders {
             queue: Some(QueueConfig {
@@ -364,6 +401,17 @@ async fn standalone_pulsar_postgres(args: &Args) -> Result<Option<Report>> {
 async fn main() -> Result<()> {
     let args = parse_args()?;
     let mut rows = Vec::new();
+    if let Some(bin) = args.wrk.clone() {
+        if matches!(args.target.as_str(), "memory" | "all") {
+            rows.push(wrk::embedded(&bin, &args).await?);
+        }
+        if matches!(args.target.as_str(), "standalone" | "all")
+            && let Some(r) = wrk::standalone(&bin, &args).await?
+        {
+            rows.push(r);
+        }
+        return print(&rows);
+    }
     if matches!(args.target.as_str(), "memory" | "all") {
         rows.push(embedded_memory(&args, "embedded, memory broker").await?);
     }
@@ -389,12 +437,16 @@ async fn main() -> Result<()> {
     {
         rows.push(r);
     }
+    print(&rows)
+}
+
+fn print(rows: &[Report]) -> Result<()> {
     println!();
     println!(
         "| target | requests | connections | webhooks/s | p50 ms | p99 ms | max ms | errors |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for r in &rows {
+    for r in rows {
         println!("{}", r.row());
     }
     if rows.iter().any(|r| r.errors > 0) {
