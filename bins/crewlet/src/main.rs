@@ -7,6 +7,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc: a webhook's request, events and routing allocate and free many
+/// small objects across threads, where glibc's malloc spent a third of the
+/// engine's CPU (docs/performance.md, issue 18).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     cmd::run(cmd::Cli::parse())
 }

@@ -227,6 +227,11 @@ impl Member {
             }
             while let Some(mail) = batch.mails.pop_front() {
                 self.handle(mail).await;
+                // A handler on in-memory parts never waits, so with a
+                // backlog this loop would hold its worker thread for as long
+                // as mail keeps coming (the HTTP tasks queued behind it
+                // waited 100+ ms); this yields once tokio's budget is spent.
+                tokio::task::consume_budget().await;
                 if self.stop.is_set() || self.node.shutdown.is_set() || *self.paused.borrow() {
                     batch.return_all();
                     break;
@@ -280,6 +285,7 @@ impl Member {
             // The parts not started yet go back if the member is cancelled.
             taken.mails = parts.iter().flatten().cloned().collect();
             self.handle_part(part).await;
+            tokio::task::consume_budget().await;
             if self.stop.is_set() || self.node.shutdown.is_set() || *self.paused.borrow() {
                 taken.return_all();
                 return self.stop.is_set() || self.node.shutdown.is_set();

@@ -180,3 +180,31 @@ async fn a_slow_stream_drops_instead_of_blocking_publishers() -> Result<(), Queu
     q.publish("crewlet.t", &ev(9)).await?;
     Ok(())
 }
+
+/// A member working through a backlog with a handler that never waits must
+/// still let other tasks run: on one thread, a task spawned while 20,000
+/// messages wait runs long before the last of them is handled.
+#[tokio::test(flavor = "current_thread")]
+async fn a_member_with_a_backlog_leaves_room_for_other_tasks() -> Result<(), QueueError> {
+    const BACKLOG: usize = 20_000;
+    let broker = MemoryBroker::with_options(MemoryBrokerOptions {
+        retained_per_topic: BACKLOG,
+        delivery: quick(),
+    });
+    let q = broker.client();
+    for i in 0..BACKLOG {
+        q.publish("crewlet.t", &ev(i)).await?;
+    }
+    let handled = Arc::new(AtomicUsize::new(0));
+    let _sub = q.subscribe("crewlet.t", "g", counting(&handled)).await?;
+    // The member task is queued first; this one is queued behind it.
+    let seen = handled.clone();
+    let other = tokio::spawn(async move { seen.load(Ordering::SeqCst) });
+    let handled_when_other_ran = other.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        handled_when_other_ran < BACKLOG,
+        "the other task waited for the whole backlog ({handled_when_other_ran} handled)"
+    );
+    until(|| handled.load(Ordering::SeqCst) == BACKLOG).await;
+    Ok(())
+}

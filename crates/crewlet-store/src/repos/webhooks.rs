@@ -3,6 +3,7 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -61,14 +62,37 @@ pub trait WebhookDeliveries: Send + Sync {
     }
 }
 
-#[derive(Debug, Default)]
+/// Shards of the in-memory claims: a busy embedded engine holds hundreds
+/// of thousands of keys, and growing one map that size rehashed every key
+/// under its lock, stalling every request for up to ~100 ms.
+const MEMORY_SHARDS: usize = 64;
+
+type Claims = HashMap<(String, String), DateTime<Utc>>;
+
+#[derive(Debug)]
 pub struct MemoryWebhookDeliveries {
-    seen: Mutex<HashMap<(String, String), DateTime<Utc>>>,
+    hasher: RandomState,
+    shards: Box<[Mutex<Claims>]>,
+}
+
+impl Default for MemoryWebhookDeliveries {
+    fn default() -> Self {
+        Self {
+            hasher: RandomState::new(),
+            shards: (0..MEMORY_SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
 }
 
 impl MemoryWebhookDeliveries {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn shard(&self, source: &str, delivery_key: &str) -> &Mutex<Claims> {
+        let hash = self.hasher.hash_one((source, delivery_key));
+        let index = usize::try_from(hash % MEMORY_SHARDS as u64).unwrap_or(0);
+        &self.shards[index]
     }
 }
 
@@ -80,7 +104,7 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
         delivery_key: &str,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mut seen = self.seen.lock();
+        let mut seen = self.shard(source, delivery_key).lock();
         let key = (source.to_owned(), delivery_key.to_owned());
         match seen.get(&key) {
             Some(last) if *last > at - DUPLICATE_WINDOW => Ok(false),
@@ -97,23 +121,27 @@ impl WebhookDeliveries for MemoryWebhookDeliveries {
         delivery_key: &str,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let seen = self.seen.lock();
+        let seen = self.shard(source, delivery_key).lock();
         Ok(seen
             .get(&(source.to_owned(), delivery_key.to_owned()))
             .is_some_and(|last| *last > at - DUPLICATE_WINDOW))
     }
 
     async fn release(&self, source: &str, delivery_key: &str) -> Result<(), StoreError> {
-        let mut seen = self.seen.lock();
+        let mut seen = self.shard(source, delivery_key).lock();
         seen.remove(&(source.to_owned(), delivery_key.to_owned()));
         Ok(())
     }
 
     async fn gc_at(&self, at: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut seen = self.seen.lock();
-        let before = seen.len();
-        seen.retain(|_, t| *t >= at - DELIVERY_RETENTION);
-        Ok(u64::try_from(before - seen.len()).unwrap_or(u64::MAX))
+        let mut removed = 0usize;
+        for shard in &*self.shards {
+            let mut seen = shard.lock();
+            let before = seen.len();
+            seen.retain(|_, t| *t >= at - DELIVERY_RETENTION);
+            removed += before - seen.len();
+        }
+        Ok(u64::try_from(removed).unwrap_or(u64::MAX))
     }
 }
 
