@@ -249,9 +249,29 @@ impl PhaseGrain {
     }
 }
 
+fn add_totals(to: &mut TokenTotals, t: &TokenTotals) {
+    to.input_tokens = to.input_tokens.saturating_add(t.input_tokens);
+    to.output_tokens = to.output_tokens.saturating_add(t.output_tokens);
+    to.total_tokens = to.total_tokens.saturating_add(t.total_tokens);
+    to.calls = to.calls.saturating_add(t.calls);
+}
+
 /// The breakdown of `grains` (already filtered to the window and role).
 pub fn rollup(
     grains: impl IntoIterator<Item = PhaseGrain>,
+    query: &BreakdownQuery,
+    since: DateTime<Utc>,
+) -> TokenBreakdown {
+    rollup_parts(grains, std::iter::empty(), query, since)
+}
+
+/// [`rollup`] from two parts: `grains` make every grouping (and `by_turn`
+/// for those that carry a turn id), `turn_grains` only `by_turn`. A store
+/// that sums the window without the turn dimension hands the grains of its
+/// most recent turns here, so it never groups every turn of 30 days.
+pub fn rollup_parts(
+    grains: impl IntoIterator<Item = PhaseGrain>,
+    turn_grains: impl IntoIterator<Item = PhaseGrain>,
     query: &BreakdownQuery,
     since: DateTime<Utc>,
 ) -> TokenBreakdown {
@@ -266,6 +286,36 @@ pub fn rollup(
         /// When the turn's role and agent id were seen.
         seen_at: DateTime<Utc>,
     }
+    fn add_turn(turns: &mut HashMap<String, Turn>, g: &PhaseGrain, role: String, phase: String) {
+        let add = add_totals;
+        if let Some(turn_id) = &g.turn_id {
+            let turn = turns.entry(turn_id.clone()).or_insert_with(|| Turn {
+                group: TurnGroup {
+                    turn_id: turn_id.clone(),
+                    role: role.clone(),
+                    handle: String::new(),
+                    agent_id: g.agent_id.clone().unwrap_or_default(),
+                    started_at: String::new(),
+                    ended_at: String::new(),
+                    tokens: TokenTotals::default(),
+                    by_phase: BTreeMap::new(),
+                },
+                first: g.first_at,
+                last: g.last_at,
+                seen_at: g.first_at,
+            });
+            // The turn's role and agent are those of its first event.
+            if g.first_at < turn.seen_at {
+                turn.group.role = role.clone();
+                turn.group.agent_id = g.agent_id.clone().unwrap_or_default();
+                turn.seen_at = g.first_at;
+            }
+            turn.first = turn.first.min(g.first_at);
+            turn.last = turn.last.max(g.last_at);
+            add(&mut turn.group.tokens, &g.tokens);
+            add(turn.group.by_phase.entry(phase).or_default(), &g.tokens);
+        }
+    }
     let unknown = || UNKNOWN.to_owned();
     let mut totals = TokenTotals::default();
     let mut phases: HashMap<String, TokenTotals> = HashMap::new();
@@ -274,12 +324,7 @@ pub fn rollup(
     let mut agents: HashMap<String, Agent> = HashMap::new();
     let mut turns: HashMap<String, Turn> = HashMap::new();
     let mut through: Option<DateTime<Utc>> = None;
-    let add = |to: &mut TokenTotals, t: &TokenTotals| {
-        to.input_tokens = to.input_tokens.saturating_add(t.input_tokens);
-        to.output_tokens = to.output_tokens.saturating_add(t.output_tokens);
-        to.total_tokens = to.total_tokens.saturating_add(t.total_tokens);
-        to.calls = to.calls.saturating_add(t.calls);
-    };
+    let add = add_totals;
     for g in grains {
         let phase = g.phase.clone().unwrap_or_else(unknown);
         let role = g.agent_role.clone().unwrap_or_else(unknown);
@@ -317,33 +362,12 @@ pub fn rollup(
             agent.group.by_phase.entry(phase.clone()).or_default(),
             &g.tokens,
         );
-        if let Some(turn_id) = &g.turn_id {
-            let turn = turns.entry(turn_id.clone()).or_insert_with(|| Turn {
-                group: TurnGroup {
-                    turn_id: turn_id.clone(),
-                    role: role.clone(),
-                    handle: String::new(),
-                    agent_id: g.agent_id.clone().unwrap_or_default(),
-                    started_at: String::new(),
-                    ended_at: String::new(),
-                    tokens: TokenTotals::default(),
-                    by_phase: BTreeMap::new(),
-                },
-                first: g.first_at,
-                last: g.last_at,
-                seen_at: g.first_at,
-            });
-            // The turn's role and agent are those of its first event.
-            if g.first_at < turn.seen_at {
-                turn.group.role = role.clone();
-                turn.group.agent_id = g.agent_id.clone().unwrap_or_default();
-                turn.seen_at = g.first_at;
-            }
-            turn.first = turn.first.min(g.first_at);
-            turn.last = turn.last.max(g.last_at);
-            add(&mut turn.group.tokens, &g.tokens);
-            add(turn.group.by_phase.entry(phase).or_default(), &g.tokens);
-        }
+        add_turn(&mut turns, &g, role, phase);
+    }
+    for g in turn_grains {
+        let phase = g.phase.clone().unwrap_or_else(unknown);
+        let role = g.agent_role.clone().unwrap_or_else(unknown);
+        add_turn(&mut turns, &g, role, phase);
     }
     let mut by_phase: Vec<PhaseGroup> = phases
         .into_iter()

@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use super::breakdown::{BreakdownQuery, PhaseGrain, PhaseTokens, TokenTotals, rollup};
+use super::breakdown::{BreakdownQuery, PhaseGrain, PhaseTokens, TokenTotals, rollup_parts};
 use super::query::{EventPage, EventQuery, MAX_TRACE_EVENTS};
 use super::{EventStore, TokenBreakdown, check_breakdown, storable};
 use crate::db::Database;
@@ -470,42 +470,85 @@ impl EventStore for PostgresEventStore {
     async fn token_breakdown(&self, query: &BreakdownQuery) -> Result<TokenBreakdown, StoreError> {
         let since_days = check_breakdown(query)?;
         let since = Utc::now() - Duration::days(i64::from(since_days));
-        // One scan of the covering partial index, summed at the finest grain
-        // every grouping of the breakdown is a union of; the grains are
-        // rolled up in process, by the code the memory store uses.
+        let client = self.db.client().await?;
+        // Every grouping but `by_turn` is a union of these grains: one
+        // index-only scan of the covering partial index, summed without
+        // the turn, so the groups stay few however many turns ran.
         let sql = format!(
-            "SELECT agent_role, agent_id, phase, model, min(provider), auxiliary, turn_id,
+            "SELECT agent_role, agent_id, phase, model, min(provider), auxiliary, NULL::text,
                     min(event_time), max(event_time), {SUMS}
              FROM crewlet_events
              WHERE event_type = 'agent_phase_completed' AND event_time >= $1
                AND ($2::text IS NULL OR agent_role = $2)
-             GROUP BY agent_role, agent_id, phase, model, auxiliary, turn_id"
+             GROUP BY agent_role, agent_id, phase, model, auxiliary"
         );
-        let client = self.db.client().await?;
         let rows = client
             .query(&sql, &[&since, &query.agent_role])
             .await
             .map_err(query_err("computing the token breakdown"))?;
-        let grains = rows
-            .iter()
-            .map(|r| {
-                let text = |i: usize| -> Result<Option<String>, StoreError> {
-                    r.try_get(i).map_err(decode_err)
-                };
-                Ok(PhaseGrain {
-                    agent_role: text(0)?,
-                    agent_id: text(1)?,
-                    phase: text(2)?,
-                    model: text(3)?,
-                    provider: text(4)?,
-                    auxiliary: text(5)?,
-                    turn_id: text(6)?,
-                    first_at: r.try_get(7).map_err(decode_err)?,
-                    last_at: r.try_get(8).map_err(decode_err)?,
-                    tokens: totals(r)?,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        Ok(rollup(grains, query, since))
+        let grains = rows.iter().map(grain).collect::<Result<Vec<_>, _>>()?;
+        // `by_turn`: the turns whose last phase event is newest are the
+        // first distinct turn ids met walking the window newest first.
+        let wanted = usize::try_from(query.recent_turns).unwrap_or(usize::MAX);
+        let mut limit = i64::from(query.recent_turns).saturating_mul(8).max(64);
+        let turn_ids = loop {
+            let rows = client
+                .query(
+                    "SELECT turn_id FROM crewlet_events
+                     WHERE event_type = 'agent_phase_completed' AND event_time >= $1
+                       AND ($2::text IS NULL OR agent_role = $2) AND turn_id IS NOT NULL
+                     ORDER BY event_time DESC LIMIT $3",
+                    &[&since, &query.agent_role, &limit],
+                )
+                .await
+                .map_err(query_err("finding the recent turns of the token breakdown"))?;
+            let mut ids: Vec<String> = Vec::with_capacity(wanted);
+            for row in &rows {
+                let id: String = row.try_get(0).map_err(decode_err)?;
+                if !ids.contains(&id) {
+                    ids.push(id);
+                    if ids.len() == wanted {
+                        break;
+                    }
+                }
+            }
+            let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit;
+            if ids.len() == wanted || exhausted {
+                break ids;
+            }
+            limit = limit.saturating_mul(4);
+        };
+        let turn_sql = format!(
+            "SELECT agent_role, agent_id, phase, model, min(provider), auxiliary, turn_id,
+                    min(event_time), max(event_time), {SUMS}
+             FROM crewlet_events
+             WHERE event_type = 'agent_phase_completed' AND event_time >= $1
+               AND ($2::text IS NULL OR agent_role = $2) AND turn_id = ANY($3)
+             GROUP BY agent_role, agent_id, phase, model, auxiliary, turn_id"
+        );
+        let rows = client
+            .query(&turn_sql, &[&since, &query.agent_role, &turn_ids])
+            .await
+            .map_err(query_err("computing the token breakdown by turn"))?;
+        let turn_grains = rows.iter().map(grain).collect::<Result<Vec<_>, _>>()?;
+        Ok(rollup_parts(grains, turn_grains, query, since))
     }
+}
+
+/// One row of a breakdown query (the columns of `PhaseGrain`, then `SUMS`).
+fn grain(r: &tokio_postgres::Row) -> Result<PhaseGrain, StoreError> {
+    let text =
+        |i: usize| -> Result<Option<String>, StoreError> { r.try_get(i).map_err(decode_err) };
+    Ok(PhaseGrain {
+        agent_role: text(0)?,
+        agent_id: text(1)?,
+        phase: text(2)?,
+        model: text(3)?,
+        provider: text(4)?,
+        auxiliary: text(5)?,
+        turn_id: text(6)?,
+        first_at: r.try_get(7).map_err(decode_err)?,
+        last_at: r.try_get(8).map_err(decode_err)?,
+        tokens: totals(r)?,
+    })
 }

@@ -301,6 +301,56 @@ pub async fn by_trace_is_ordered_oldest_first_and_capped(store: Arc<dyn EventSto
     );
 }
 
+/// `by_turn` keeps the turns that ended last, each whole: a long turn whose
+/// first phase ran hours before the others still counts from its start.
+pub async fn by_turn_keeps_the_latest_turns_whole(store: Arc<dyn EventStore>) {
+    let now = Utc::now();
+    let mut events = vec![
+        at(
+            phase_event("eng", "plan", "big", "long", 10, 1),
+            now - Duration::hours(10),
+        ),
+        at(
+            phase_event("eng", "review", "big", "long", 20, 2),
+            now - Duration::minutes(1),
+        ),
+    ];
+    for i in 0..40 {
+        events.push(at(
+            phase_event("pm", "plan", "big", &format!("short-{i:02}"), 100, 0),
+            now - Duration::minutes(100 - i),
+        ));
+    }
+    // A chatty turn: more phase events than a first look at the newest
+    // events of the window reads, so a store walking them must look further.
+    for i in 0..70 {
+        events.push(at(
+            phase_event("qa", "execute", "big", "chatty", 1, 0),
+            now - Duration::minutes(2) - Duration::seconds(i),
+        ));
+    }
+    ok(store.append(&events).await, "append");
+    let mut query = BreakdownQuery::days(1);
+    query.recent_turns = 3;
+    let b = ok(store.token_breakdown(&query).await, "breakdown");
+    let turns: Vec<(&str, u64)> = b
+        .by_turn
+        .iter()
+        .map(|t| (t.turn_id.as_str(), t.tokens.total_tokens))
+        .collect();
+    assert_eq!(turns, vec![("long", 33), ("chatty", 70), ("short-39", 100)]);
+    let long = &b.by_turn[0];
+    let started = chrono::DateTime::parse_from_rfc3339(&long.started_at)
+        .unwrap_or_else(|e| panic!("started_at {}: {e}", long.started_at));
+    assert!(
+        started < now - Duration::hours(9),
+        "started_at {}",
+        long.started_at
+    );
+    // Every other grouping still counts every turn.
+    assert_eq!(b.totals.total_tokens, 33 + 70 + 40 * 100);
+}
+
 pub async fn token_breakdown_groups_by_phase_model_worker_agent_and_turn(
     store: Arc<dyn EventStore>,
 ) {

@@ -140,6 +140,7 @@ macro_rules! event_store_conformance {
                 page_size_defaults_to_50_and_is_capped_at_500,
                 by_trace_is_ordered_oldest_first_and_capped,
                 token_breakdown_groups_by_phase_model_worker_agent_and_turn,
+                by_turn_keeps_the_latest_turns_whole,
                 token_breakdown_accepts_1_to_30_days_only,
                 unknown_id_is_none,
             ]
