@@ -17,6 +17,7 @@ pub struct Event {
     pub id: Uuid,
     #[serde(rename = "type")]
     pub event_type: EventType,
+    #[serde(with = "crate::wire::timestamp")]
     pub timestamp: DateTime<Utc>,
     /// Which component emitted it, e.g. `api.webhooks`, `engine.router`.
     pub source: String,

@@ -1,4 +1,3 @@
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -71,8 +70,9 @@ impl Serialize for Category {
 
 impl<'de> Deserialize<'de> for Category {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = Cow::<str>::deserialize(d)?;
-        Ok(Category::parse(&s))
+        crate::wire::deserialize_str(d, "a category", |s| {
+            Ok::<_, std::convert::Infallible>(Category::parse(s))
+        })
     }
 }
 
@@ -194,8 +194,9 @@ impl Serialize for EventType {
 
 impl<'de> Deserialize<'de> for EventType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = Cow::<str>::deserialize(d)?;
-        Ok(EventType::parse(&s))
+        crate::wire::deserialize_str(d, "an event type", |s| {
+            Ok::<_, std::convert::Infallible>(EventType::parse(s))
+        })
     }
 }
 

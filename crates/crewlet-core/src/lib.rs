@@ -10,6 +10,7 @@ mod event_type;
 pub mod payload;
 mod phase;
 mod trace;
+mod wire;
 
 pub use agent_id::{AGENT_ID_NAMESPACE, AgentId};
 pub use event::{Event, TAG_AGENT_HANDLE};

@@ -16,25 +16,37 @@ pub enum TraceParseError {
 }
 
 fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != N * 2
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+    // Lower-case hex only, as W3C trace context writes it.
+    let nibble = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let bytes = s.as_bytes();
+    if bytes.len() != N * 2 {
         return None;
     }
     let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&s[i * 2..i * 2 + 2], 16).ok()?;
+    for (byte, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
     }
     (out != [0u8; N]).then_some(out)
 }
 
-fn write_hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
-    for b in bytes {
-        write!(f, "{b:02x}")?;
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `bytes` as lower-case hex into `out` (twice as long).
+fn hex_into<'a>(bytes: &[u8], out: &'a mut [u8]) -> &'a str {
+    for (i, b) in bytes.iter().enumerate() {
+        out[i * 2] = HEX[usize::from(b >> 4)];
+        out[i * 2 + 1] = HEX[usize::from(b & 0xf)];
     }
-    Ok(())
+    std::str::from_utf8(&out[..bytes.len() * 2]).unwrap_or_default()
+}
+
+fn write_hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
+    let mut buf = [0u8; 32];
+    f.write_str(hex_into(bytes, &mut buf))
 }
 
 macro_rules! hex_id {
@@ -90,14 +102,14 @@ macro_rules! hex_id {
 
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
+                let mut buf = [0u8; $len * 2];
+                s.serialize_str(hex_into(&self.0, &mut buf))
             }
         }
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = std::borrow::Cow::<str>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
+                crate::wire::deserialize_str(d, "a hex id", <$name as FromStr>::from_str)
             }
         }
     };

@@ -3,7 +3,10 @@
 //! Pulsar of `cargo xtask services up`).
 //!
 //! The work is done by `crates/crewlet-queue/examples/queue_bench.rs` (run in
-//! release mode) so xtask stays free of the queue's dependencies.
+//! release mode) so xtask stays free of the queue's dependencies. First it
+//! prints the event envelope's JSON round trip
+//! (`crates/crewlet-core/examples/envelope_bench.rs`), the work every
+//! message on the broker costs on both ends.
 
 use anyhow::{Context, Result};
 
@@ -32,6 +35,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let mut envelope = super::release_example("crewlet-core", None, "envelope_bench");
+    println!("bench: {}", cmd::describe(&envelope));
+    cmd::run(&mut envelope).context("the envelope bench failed")?;
     let mut cargo = super::release_example("crewlet-queue", Some("pulsar"), "queue_bench");
     cargo.args([
         "--memory-events",
