@@ -7,11 +7,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc: a webhook's request, events and routing allocate and free many
+/// jemalloc: a webhook's request, events and routing allocate and free many
 /// small objects across threads, where glibc's malloc spent a third of the
-/// engine's CPU (docs/performance.md, issue 18).
+/// engine's CPU; mimalloc was as fast but held twice the memory per seat
+/// (docs/performance.md, issue 18).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     cmd::run(cmd::Cli::parse())

@@ -2,7 +2,7 @@
 //! an event as the queue and the store carry it (~370 bytes of JSON: ids,
 //! trace context, a tag, a small payload) serialized to bytes and read
 //! back, on one thread, with the allocator the `crewlet` binary uses
-//! (mimalloc). Prints round trips per second, and each half alone.
+//! (jemalloc). Prints round trips per second, and each half alone.
 //!
 //! Checks on the way that the bytes are unchanged by the round trip, so a
 //! faster path that changed the stored JSON would fail here.
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crewlet_core::{AgentId, Event, EventType, SpanId, TraceId};
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// ~370 bytes: the size the issue measured (a task event with trace context).
 fn small() -> Event {
