@@ -11,6 +11,7 @@ use clap::Parser;
 /// small objects across threads, where glibc's malloc spent a third of the
 /// engine's CPU; mimalloc was as fast but held twice the memory per seat
 /// (docs/performance.md, issue 18).
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
