@@ -199,7 +199,9 @@ impl Member {
         };
         let mut batch = Prefetched {
             group: self.group.clone(),
-            mails: VecDeque::with_capacity(prefetch),
+            // Grown on demand: an idle seat's inbox member (whose batch
+            // may drain hundreds) held ~24 KiB here for nothing.
+            mails: VecDeque::new(),
         };
         loop {
             if let Wake::Stop =
