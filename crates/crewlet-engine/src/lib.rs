@@ -58,7 +58,7 @@ pub use company::{
     sibling_company_file,
 };
 pub use crewlet_backends::{Backends, Process};
-pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummary};
+pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummary, seat_profile};
 pub use error::EngineError;
 pub use hooks::{Hook, TASK_STATE_EVENTS};
 pub use llm::{build_registry, role_llm};

@@ -2,7 +2,7 @@
 //! bytes sent and cached-prefix share of one reference turn
 //! (`xtask/assets/tokens/reference.json`), ours beside the original's.
 //!
-//! Ours: `crates/crewlet-turn/examples/tokens_bench.rs` (release mode, so
+//! Ours: `crates/crewlet-engine/examples/tokens_bench.rs` (release mode, so
 //! xtask stays free of the engine and the tokenizer). The original: its
 //! `src/` is exported from a git repository of it (`--original-repo`, a bare
 //! mirror is enough) into `target/bench/tokens/`, its dependencies (read
@@ -53,7 +53,7 @@ pub fn run(args: Args) -> Result<()> {
         original_requests(&root, &work, &repo, args.iterations).map_err(|e| format!("{e:#}"))
     };
 
-    let mut cargo = super::release_example("crewlet-turn", None, "tokens_bench");
+    let mut cargo = super::release_example("crewlet-engine", None, "tokens_bench");
     cargo
         .arg("--root")
         .arg(&root)

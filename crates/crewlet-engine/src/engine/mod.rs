@@ -39,6 +39,7 @@ use tracing::{info, warn};
 
 pub use builder::EngineBuilder;
 pub use options::{EngineOptions, EnvLookup};
+pub use profile::seat_profile;
 
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};

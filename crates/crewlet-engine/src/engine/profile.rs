@@ -13,8 +13,9 @@ fn colleague(org: &Organization, handle: &str) -> Option<Colleague> {
     })
 }
 
-/// What a turn knows about a seat.
-pub(super) fn seat_profile(company: &Company, org: &Organization, seat: &Seat) -> SeatProfile {
+/// What a turn knows about a seat (also what `examples/tokens_bench.rs`
+/// gives its reference turn).
+pub fn seat_profile(company: &Company, org: &Organization, seat: &Seat) -> SeatProfile {
     let role = &seat.role;
     let mut p = SeatProfile::new(&company.name, seat.handle.clone(), seat.name.clone());
     p.agent_id = seat.agent_id;

@@ -20,15 +20,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewlet_config::{Company, Organization, SeatKind};
+use crewlet_config::{Company, Organization};
 use crewlet_llm::{
     Completion, CompletionRequest, LlmError, LlmProvider, LlmRegistry, Message, OpenAiProvider,
     ProviderConfig, ProviderKind, ToolCall, http_client,
 };
 use crewlet_store::MemoryTokenLedger;
 use crewlet_turn::{
-    Colleague, CompanyProfile, CountingEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext,
-    ToolError, ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
+    CompanyProfile, CountingEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext, ToolError,
+    ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
 };
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -196,23 +196,7 @@ fn seat_profile(company: &Company, handle: &str) -> BenchResult<SeatProfile> {
     let seat = org
         .seat(handle)
         .ok_or_else(|| format!("the company has no seat `{handle}`"))?;
-    let colleague = |h: &str| {
-        org.seat(h).map(|s| match s.kind {
-            SeatKind::Agent => Colleague::agent(s.name.clone(), s.handle.clone()),
-            SeatKind::Human => Colleague::human(s.name.clone(), s.handle.clone()),
-        })
-    };
-    let role = &seat.role;
-    let mut p = SeatProfile::new(&company.name, seat.handle.clone(), seat.name.clone());
-    p.agent_id = seat.agent_id;
-    p.goal = role.goal.clone().unwrap_or_default();
-    p.backstory = role.backstory.clone().unwrap_or_default();
-    p.responsibilities = role.responsibilities.clone();
-    p.guidelines = role.behavioral_guidelines.clone();
-    p.manager_chain = seat.manager_chain.iter().filter_map(colleague).collect();
-    p.reports = seat.reports.iter().filter_map(|h| colleague(h)).collect();
-    p.unit_path = seat.unit_path.clone();
-    Ok(p)
+    Ok(crewlet_engine::seat_profile(company, &org, seat))
 }
 
 /// Runs the reference turn `iterations` times on our engine.
