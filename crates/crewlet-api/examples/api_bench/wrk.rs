@@ -296,30 +296,50 @@ async fn measure(
     })
 }
 
+/// Starts `bin` with the arguments `command` gives for a free port, in a
+/// fresh folder `files` has filled, measures it, stops it and removes the
+/// folder.
+async fn run_target(
+    label: &str,
+    bin: &Path,
+    args: &super::Args,
+    files: impl FnOnce(&Path) -> Result<PathBuf>,
+    command: impl FnOnce(&Path, u16) -> Vec<String>,
+) -> Result<super::Report> {
+    let dir = bench_dir(label)?;
+    let file = files(&dir)?;
+    let port = free_port()?;
+    let report = match Process::start(bin, &command(&file, port), port, &dir).await {
+        Ok(process) => measure(label, &process, &dir, args).await,
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
 /// `crewlet run` on the embedded default (memory broker and stores), the
 /// engine routing every delivery.
 pub async fn embedded(bin: &Path, args: &super::Args) -> Result<super::Report> {
-    let dir = bench_dir("embedded")?;
-    let company = dir.join("company.yaml");
-    std::fs::write(&company, super::COMPANY)?;
-    let port = free_port()?;
-    let process = Process::start(
+    run_target(
+        "crewlet run, embedded",
         bin,
-        &[
-            "run".into(),
-            "--import-company".into(),
-            company.display().to_string(),
-            "--api-port".into(),
-            port.to_string(),
-        ],
-        port,
-        &dir,
+        args,
+        |dir| {
+            let company = dir.join("company.yaml");
+            std::fs::write(&company, super::COMPANY)?;
+            Ok(company)
+        },
+        |company, port| {
+            vec![
+                "run".into(),
+                "--import-company".into(),
+                company.display().to_string(),
+                "--api-port".into(),
+                port.to_string(),
+            ]
+        },
     )
-    .await?;
-    let report = measure("crewlet run, embedded", &process, &dir, args).await;
-    drop(process);
-    let _ = std::fs::remove_dir_all(&dir);
-    report
+    .await
 }
 
 /// `crewlet run api` on Pulsar + PostgreSQL (a fresh database and the
@@ -328,39 +348,43 @@ pub async fn standalone(bin: &Path, args: &super::Args) -> Result<Option<super::
     let Some((db, pulsar_url)) = super::bench_services().await? else {
         return Ok(None);
     };
-    let dir = bench_dir("standalone")?;
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar_url}\"\n    namespace: {}\n  database:\n    dsn: \"{}\"\n    max_connections: 16\n",
-            super::BENCH_NAMESPACE,
-            db.dsn
-        ),
-    )?;
-    let port = free_port()?;
-    let process = Process::start(
+    let report = run_target(
+        "crewlet run api, Pulsar + PostgreSQL",
         bin,
-        &[
-            "run".into(),
-            "api".into(),
-            config.display().to_string(),
-            "--port".into(),
-            port.to_string(),
-        ],
-        port,
-        &dir,
+        args,
+        |dir| {
+            let config = dir.join("config.yaml");
+            std::fs::write(
+                &config,
+                format!(
+                    "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar_url}\"\n    namespace: {}\n  database:\n    dsn: \"{}\"\n    max_connections: 16\n",
+                    super::BENCH_NAMESPACE,
+                    db.dsn
+                ),
+            )?;
+            Ok(config)
+        },
+        |config, port| {
+            vec![
+                "run".into(),
+                "api".into(),
+                config.display().to_string(),
+                "--port".into(),
+                port.to_string(),
+            ]
+        },
     )
-    .await?;
-    let report = measure("crewlet run api, Pulsar + PostgreSQL", &process, &dir, args).await;
-    drop(process);
+    .await;
     drop(db);
-    let _ = std::fs::remove_dir_all(&dir);
     report.map(Some)
 }
 
 /// A fresh folder for one target's files.
 fn bench_dir(target: &str) -> Result<PathBuf> {
+    let target: String = target
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
     let dir = std::env::temp_dir().join(format!(
         "crewlet-api-bench-{target}-{}",
         uuid::Uuid::new_v4().simple()
