@@ -25,10 +25,7 @@ pub mod timestamp {
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         let mut buf = [0u8; 30];
         match write(t, &mut buf) {
-            Some(len) => match std::str::from_utf8(&buf[..len]) {
-                Ok(text) => s.serialize_str(text),
-                Err(_) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
-            },
+            Some(text) => s.serialize_str(text),
             None => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
         }
     }
@@ -68,7 +65,7 @@ fn digits(buf: &mut [u8], at: usize, value: u32, width: usize) {
 
 /// `t` as chrono's `to_rfc3339_opts(AutoSi, true)` writes it, for years
 /// 0..=9999 outside a leap second; `None` otherwise.
-fn write(t: &DateTime<Utc>, buf: &mut [u8; 30]) -> Option<usize> {
+fn write<'a>(t: &DateTime<Utc>, buf: &'a mut [u8; 30]) -> Option<&'a str> {
     let n = t.naive_utc();
     let year = u32::try_from(n.year()).ok().filter(|y| *y <= 9999)?;
     let nanos = n.nanosecond();
@@ -102,7 +99,7 @@ fn write(t: &DateTime<Utc>, buf: &mut [u8; 30]) -> Option<usize> {
         len += 1 + width;
     }
     buf[len] = b'Z';
-    Some(len + 1)
+    std::str::from_utf8(&buf[..=len]).ok()
 }
 
 fn number(bytes: &[u8]) -> Option<u32> {
@@ -200,8 +197,7 @@ mod tests {
         ] {
             let t = base + chrono::Duration::nanoseconds(i64::from(nanos));
             let mut buf = [0u8; 30];
-            let len = write(&t, &mut buf).unwrap_or(0);
-            let ours = std::str::from_utf8(&buf[..len]).unwrap_or_default();
+            let ours = write(&t, &mut buf).unwrap_or_default();
             assert_eq!(ours, chrono_text(&t));
             // Exactly what serde_json wrote through chrono before.
             let generic = serde_json::to_string(&t).unwrap_or_default();

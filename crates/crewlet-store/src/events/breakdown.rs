@@ -287,7 +287,6 @@ pub fn rollup_parts(
         seen_at: DateTime<Utc>,
     }
     fn add_turn(turns: &mut HashMap<String, Turn>, g: &PhaseGrain, role: String, phase: String) {
-        let add = add_totals;
         if let Some(turn_id) = &g.turn_id {
             let turn = turns.entry(turn_id.clone()).or_insert_with(|| Turn {
                 group: TurnGroup {
@@ -312,8 +311,8 @@ pub fn rollup_parts(
             }
             turn.first = turn.first.min(g.first_at);
             turn.last = turn.last.max(g.last_at);
-            add(&mut turn.group.tokens, &g.tokens);
-            add(turn.group.by_phase.entry(phase).or_default(), &g.tokens);
+            add_totals(&mut turn.group.tokens, &g.tokens);
+            add_totals(turn.group.by_phase.entry(phase).or_default(), &g.tokens);
         }
     }
     let unknown = || UNKNOWN.to_owned();
@@ -324,13 +323,12 @@ pub fn rollup_parts(
     let mut agents: HashMap<String, Agent> = HashMap::new();
     let mut turns: HashMap<String, Turn> = HashMap::new();
     let mut through: Option<DateTime<Utc>> = None;
-    let add = add_totals;
     for g in grains {
         let phase = g.phase.clone().unwrap_or_else(unknown);
         let role = g.agent_role.clone().unwrap_or_else(unknown);
         through = through.max(Some(g.last_at));
-        add(&mut totals, &g.tokens);
-        add(phases.entry(phase.clone()).or_default(), &g.tokens);
+        add_totals(&mut totals, &g.tokens);
+        add_totals(phases.entry(phase.clone()).or_default(), &g.tokens);
         let model = models
             .entry(g.model.clone().unwrap_or_else(unknown))
             .or_insert((None, g.first_at, TokenTotals::default()));
@@ -338,9 +336,9 @@ pub fn rollup_parts(
             model.0 = g.provider.clone();
             model.1 = g.first_at;
         }
-        add(&mut model.2, &g.tokens);
+        add_totals(&mut model.2, &g.tokens);
         if let Some(worker) = &g.auxiliary {
-            add(workers.entry(worker.clone()).or_default(), &g.tokens);
+            add_totals(workers.entry(worker.clone()).or_default(), &g.tokens);
         }
         let agent = agents.entry(role.clone()).or_insert_with(|| Agent {
             group: AgentGroup {
@@ -357,8 +355,8 @@ pub fn rollup_parts(
             agent.group.agent_id = id.clone();
             agent.id_at = Some(g.last_at);
         }
-        add(&mut agent.group.tokens, &g.tokens);
-        add(
+        add_totals(&mut agent.group.tokens, &g.tokens);
+        add_totals(
             agent.group.by_phase.entry(phase.clone()).or_default(),
             &g.tokens,
         );
