@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use crewlet_config::{Organization, Seat, SeatKind};
+use crewlet_config::{Company, Organization, Seat, SeatKind};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -126,6 +126,14 @@ pub struct ToolView {
     pub input_schema: serde_json::Value,
 }
 
+/// A stored company revision as an engine runs it.
+#[derive(Clone)]
+pub struct RunningCompany {
+    pub revision_id: i64,
+    pub company: Arc<Company>,
+    pub org: Arc<Organization>,
+}
+
 /// The engine's live state, read by the API. Implemented by the engine when
 /// the API runs inside its process. Every method is a cheap snapshot: the API
 /// calls them per request.
@@ -154,6 +162,13 @@ pub trait EngineView: Send + Sync + 'static {
 
     /// The company revision the engine runs, when it knows.
     fn revision_id(&self) -> Option<i64> {
+        None
+    }
+
+    /// The stored revision the engine runs with its parsed company and
+    /// organization, so an API in the same process shares them instead of
+    /// holding a second copy (about 3 KiB per seat).
+    fn running(&self) -> Option<RunningCompany> {
         None
     }
 
@@ -187,7 +202,12 @@ impl EngineView for StaticEngineView {
     fn agents(&self) -> Vec<AgentView> {
         self.organization
             .as_ref()
-            .map(|org| org.seats().iter().map(AgentView::from_seat).collect())
+            .map(|org| {
+                org.seats()
+                    .iter()
+                    .map(|s| AgentView::from_seat(s))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -199,7 +219,7 @@ impl EngineView for StaticEngineView {
                     .iter()
                     .find(|s| s.agent_id.to_string() == id_or_handle)
             })
-            .map(AgentView::from_seat)
+            .map(|s| AgentView::from_seat(s))
     }
 
     fn tools(&self, _handle: Option<&str>) -> Vec<ToolView> {

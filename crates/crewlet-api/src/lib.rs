@@ -39,7 +39,8 @@ mod state;
 pub use auth::{AdminAccess, Caller, OperateAccess, ReadAccess, TokenAccess};
 pub use company::EnvLookup;
 pub use engine_view::{
-    AgentState, AgentView, CurrentTask, EngineView, StaticEngineView, ToolAnnotations, ToolView,
+    AgentState, AgentView, CurrentTask, EngineView, RunningCompany, StaticEngineView,
+    ToolAnnotations, ToolView,
 };
 pub use error::{ApiError, ErrorBody, HttpError};
 pub use local_token::{

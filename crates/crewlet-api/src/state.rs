@@ -263,7 +263,7 @@ impl ApiBuilder {
         }
         crate::auth::Tokens::warn_unscoped(&self.config.auth);
         let env = self.security.company_lookup(self.env);
-        let company = ActiveCompany::new(self.stores.config.clone(), env);
+        let company = ActiveCompany::new(self.stores.config.clone(), env, self.engine.clone());
         // The live stream subscribes here, before the API can answer, so
         // every event published once `build` returns reaches it.
         let live = Arc::new(crate::live::LiveHub::new());

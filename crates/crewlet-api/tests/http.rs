@@ -537,6 +537,11 @@ impl crewlet_store::ConfigRevisions for RacingRevisions {
     ) -> Result<Option<crewlet_store::ConfigRevision>, crewlet_store::StoreError> {
         self.0.active().await
     }
+    async fn active_key(
+        &self,
+    ) -> Result<Option<crewlet_store::ActiveKey>, crewlet_store::StoreError> {
+        self.0.active_key().await
+    }
     async fn get(
         &self,
         id: i64,

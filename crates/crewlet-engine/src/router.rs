@@ -193,11 +193,14 @@ impl NotificationRouter {
 
     /// The first agent seat with no agent above it (the CEO of the company).
     fn top_lead(&self) -> Option<&Seat> {
-        self.org.agents().find(|s| {
-            s.manager_chain
-                .iter()
-                .all(|m| self.org.seat(m).is_none_or(|m| m.kind == SeatKind::Human))
-        })
+        self.org
+            .agents()
+            .find(|s| {
+                s.manager_chain
+                    .iter()
+                    .all(|m| self.org.seat(m).is_none_or(|m| m.kind == SeatKind::Human))
+            })
+            .map(Arc::as_ref)
     }
 
     /// Where `raw` goes; no side effects.

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crewlet_api::{AgentView, ApiBuilder, EngineView, ToolView};
+use crewlet_api::{AgentView, ApiBuilder, EngineView, RunningCompany, ToolView};
 use crewlet_config::{Bootstrap, Company, ConfigError, Organization, Security};
 use crewlet_store::ConfigRevision;
 use crewlet_telemetry::{TelemetryGuard, TelemetryOptions};
@@ -133,6 +133,10 @@ impl EngineView for EngineSlot {
         self.get().and_then(|e| e.revision())
     }
 
+    fn running(&self) -> Option<RunningCompany> {
+        self.get().and_then(|e| EngineView::running(&e))
+    }
+
     fn config_activated(&self, _revision_id: i64) {
         self.activated.notify_one();
     }
@@ -189,6 +193,20 @@ async fn next_revision(
             () = &mut *shutdown => return Wake::Shutdown,
             () = slot.activated.notified() => {}
             () = tokio::time::sleep(REVISION_POLL) => {}
+        }
+        // The key first: the company itself is read only when it changed.
+        match backends.stores.config.active_key().await {
+            Ok(Some(key)) => {
+                let key = (key.revision_id, key.activated_at);
+                if current == Some(key) || refused == Some(key) {
+                    continue;
+                }
+            }
+            Ok(None) => continue,
+            Err(e) => {
+                warn!(error = %e, "cannot read the active company revision; keeping the current one");
+                continue;
+            }
         }
         match active_company(backends.stores.config.as_ref()).await {
             Ok(Some((company, rev))) => {
@@ -273,7 +291,7 @@ async fn serve(
     // config reloads) and for the embedded API's memory route.
     let memory = crate::learning::memory_stores(&backends.stores).await;
     let port = options.api_port.unwrap_or(bootstrap.api.port);
-    let (api_stop, api_task) = if port > 0 {
+    let (api_stop, api_task, api_state) = if port > 0 {
         let host = options
             .api_host
             .clone()
@@ -294,6 +312,7 @@ async fn serve(
             }
         };
         let api = api.build().await;
+        let state = api.state().clone();
         let stop = Arc::new(Notify::new());
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
@@ -304,12 +323,12 @@ async fn serve(
                 error!(error = %e, "embedded api stopped with an error");
             }
         });
-        (Some(stop), Some(task))
+        (Some(stop), Some(task), Some(state))
     } else {
         info!(
             "no embedded api (api.port is 0); run `crewlet run api` beside this process to receive webhooks"
         );
-        (None, None)
+        (None, None, None)
     };
 
     let engine_options = EngineOptions {
@@ -348,6 +367,10 @@ async fn serve(
             match builder.start().await {
                 Ok(e) => {
                     slot.set(Some(e.clone()));
+                    // The API shares the engine's company from now on.
+                    if let Some(api) = &api_state {
+                        api.reload_company().await;
+                    }
                     running = Some((rev.revision_id, rev.activated_at));
                     engine = Some(e);
                 }

@@ -57,7 +57,8 @@ impl From<SeatState> for AgentState {
 
 /// Live state of one seat.
 pub(crate) struct SeatRuntime {
-    pub seat: Seat,
+    /// The organization's own seat, shared.
+    pub seat: Arc<Seat>,
     pub profile: SeatProfile,
     status: Mutex<Status>,
     handled: RecentIds<Uuid>,
@@ -69,7 +70,7 @@ struct Status {
 }
 
 impl SeatRuntime {
-    pub fn new(seat: Seat, profile: SeatProfile) -> Self {
+    pub fn new(seat: Arc<Seat>, profile: SeatProfile) -> Self {
         Self {
             seat,
             profile,

@@ -94,7 +94,7 @@ mod tests {
             ),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        company.organization().seats()[0].clone()
+        Seat::clone(&company.organization().seats()[0])
     }
 
     #[test]

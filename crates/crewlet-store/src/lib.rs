@@ -42,7 +42,8 @@ pub use migrate::{
 pub use partitions::{TimePartitioning, ensure_partitions, ensure_partitions_at};
 pub use patience::{Patience, retry_transient};
 pub use repos::config_revisions::{
-    ConfigRevision, ConfigRevisions, MemoryConfigRevisions, NewRevision, PostgresConfigRevisions,
+    ActiveKey, ConfigRevision, ConfigRevisions, MemoryConfigRevisions, NewRevision,
+    PostgresConfigRevisions,
 };
 pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows, ThreadRef};
 pub use repos::ledger::{

@@ -433,25 +433,25 @@ pub struct SpaceIdentity {
 pub struct RoleIntegrations {
     /// The seat's own Slack app (webhook `/webhooks/slack/{handle}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slack: Option<SlackSeat>,
+    pub slack: Option<Box<SlackSeat>>,
     /// The seat's GitHub account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub github: Option<SeatAccount>,
+    pub github: Option<Box<SeatAccount>>,
     /// The seat's GitLab account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gitlab: Option<SeatAccount>,
+    pub gitlab: Option<Box<SeatAccount>>,
     /// The Plane project an org-wide seat owns, and the seat's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plane: Option<TrackerSeat>,
+    pub plane: Option<Box<TrackerSeat>>,
     /// The Jira project an org-wide seat owns, and the seat's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jira: Option<TrackerSeat>,
+    pub jira: Option<Box<TrackerSeat>>,
     /// The Confluence space an org-wide seat owns, and the seat's account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confluence: Option<WikiSeat>,
+    pub confluence: Option<Box<WikiSeat>>,
     /// The seat's Mattermost bot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mattermost: Option<MattermostSeat>,
+    pub mattermost: Option<Box<MattermostSeat>>,
 }
 
 impl RoleIntegrations {

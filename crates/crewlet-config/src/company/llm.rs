@@ -257,8 +257,6 @@ impl LlmChoice {
 }
 
 /// A seat's model: a provider name, a fallback chain, or a choice per phase.
-// One per role, read at boot: the size of the per-phase map does not matter.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum LlmSpec {
@@ -267,7 +265,8 @@ pub enum LlmSpec {
     /// Provider names tried in order (fallback chain).
     Chain(Vec<String>),
     /// A provider (or chain) per phase, with `default` for the rest.
-    Phases(LlmPhases),
+    // Boxed: most roles name one provider, and every seat holds its role.
+    Phases(Box<LlmPhases>),
 }
 
 /// A provider name or chain per turn phase.
@@ -346,18 +345,18 @@ mod tests {
 
     #[test]
     fn spec_resolves_phase_then_default() {
-        let spec = LlmSpec::Phases(LlmPhases {
+        let spec = LlmSpec::Phases(Box::new(LlmPhases {
             default: Some(LlmChoice::One("a".into())),
             plan: Some(LlmChoice::Chain(vec!["b".into(), "c".into()])),
             ..LlmPhases::default()
-        });
+        }));
         assert_eq!(spec.for_phase(Phase::Plan), Some(vec!["b", "c"]));
         assert_eq!(spec.for_phase(Phase::Review), Some(vec!["a"]));
         assert_eq!(
             LlmSpec::One("x".into()).for_phase(Phase::Execute),
             Some(vec!["x"])
         );
-        let no_default = LlmSpec::Phases(LlmPhases::default());
+        let no_default = LlmSpec::Phases(Box::default());
         assert_eq!(no_default.for_phase(Phase::Plan), None);
     }
 

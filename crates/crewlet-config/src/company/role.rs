@@ -106,11 +106,11 @@ pub struct Role {
     /// The seat's code sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
-    pub sandbox: Option<super::later::RoleSandbox>,
+    pub sandbox: Option<Box<super::later::RoleSandbox>>,
     /// Which nodes of a fleet may run the seat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "fleet placement is not built yet: every engine runs every seat"))]
-    pub placement: Option<super::later::Placement>,
+    pub placement: Option<Box<super::later::Placement>>,
     /// Recurring work for this seat (agent seats only).
     #[serde(default)]
     pub schedules: Vec<Schedule>,
@@ -120,7 +120,7 @@ pub struct Role {
     /// How to reach the person in a human seat (required there: at least one
     /// identity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contact: Option<Contact>,
+    pub contact: Option<Box<Contact>>,
 }
 
 /// Who fills a seat.

@@ -13,6 +13,7 @@ mod resolve;
 mod schedules;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crewlet_core::AgentId;
 use indexmap::IndexMap;
@@ -29,7 +30,8 @@ use crate::company::{Company, Role, SeatKind};
 pub struct Organization {
     company: String,
     units: Vec<OrgUnit>,
-    seats: Vec<Seat>,
+    /// Shared: the engine's seat runtimes hold the same seats.
+    seats: Vec<Arc<Seat>>,
     #[serde(skip)]
     by_handle: HashMap<String, usize>,
 }
@@ -121,20 +123,20 @@ impl Organization {
     }
 
     /// Every seat: org-wide roles first, then unit by unit in file order.
-    pub fn seats(&self) -> &[Seat] {
+    pub fn seats(&self) -> &[Arc<Seat>] {
         &self.seats
     }
 
     /// Agent seats only (the ones that run turns).
-    pub fn agents(&self) -> impl Iterator<Item = &Seat> {
+    pub fn agents(&self) -> impl Iterator<Item = &Arc<Seat>> {
         self.seats.iter().filter(|s| s.is_agent())
     }
 
-    pub fn seat(&self, handle: &str) -> Option<&Seat> {
+    pub fn seat(&self, handle: &str) -> Option<&Arc<Seat>> {
         self.by_handle.get(handle).map(|&i| &self.seats[i])
     }
 
-    pub fn seat_by_id(&self, id: AgentId) -> Option<&Seat> {
+    pub fn seat_by_id(&self, id: AgentId) -> Option<&Arc<Seat>> {
         self.seats.iter().find(|s| s.agent_id == id)
     }
 
@@ -146,7 +148,12 @@ impl Organization {
             let Some(unit) = self.units.get(u) else {
                 continue;
             };
-            out.extend(unit.seats.iter().filter_map(|h| self.seat(h)));
+            out.extend(
+                unit.seats
+                    .iter()
+                    .filter_map(|h| self.seat(h))
+                    .map(Arc::as_ref),
+            );
             stack.extend(unit.children.iter().rev());
         }
         out

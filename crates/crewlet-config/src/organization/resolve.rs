@@ -4,6 +4,7 @@
 //! indexed first, so a company of any shape resolves in linear time.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crewlet_core::AgentId;
 use indexmap::IndexMap;
@@ -371,7 +372,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
 
     // Seats out.
     let mut chains = manager_chains(&manager, |s| seats[s].handle.as_str());
-    let out_seats: Vec<Seat> = seats
+    let out_seats: Vec<Arc<Seat>> = seats
         .iter()
         .enumerate()
         .map(|(i, s)| {
@@ -383,7 +384,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
                 let merged = mcp_env.entry(server.clone()).or_default();
                 merged.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            Seat {
+            Arc::new(Seat {
                 handle: s.handle.clone(),
                 name: s.role.name.clone(),
                 agent_id: AgentId::for_seat(&company.name, &s.handle),
@@ -400,7 +401,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
                 reports: edges[i].iter().map(|&t| seats[t].handle.clone()).collect(),
                 mcp_env,
                 role: s.role.clone(),
-            }
+            })
         })
         .collect();
     let out_units = units

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use crewlet_api::{AgentView, EngineView, ToolView};
+use crewlet_api::{AgentView, EngineView, RunningCompany, ToolView};
 use crewlet_backends::{ArchiveMembers, EventArchive};
 use crewlet_config::{Company, Organization, SeatKind};
 use crewlet_core::{Event, EventType, TraceContext};
@@ -435,5 +435,13 @@ impl EngineView for Engine {
 
     fn revision_id(&self) -> Option<i64> {
         self.shared.revision_id
+    }
+
+    fn running(&self) -> Option<RunningCompany> {
+        Some(RunningCompany {
+            revision_id: self.shared.revision_id?,
+            company: self.shared.company.clone(),
+            org: self.shared.org.clone(),
+        })
     }
 }

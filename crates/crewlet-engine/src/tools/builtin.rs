@@ -177,6 +177,7 @@ impl Tool for LookupColleague {
         let exact: Vec<&Seat> = seats
             .iter()
             .filter(|s| s.handle.eq_ignore_ascii_case(query.trim_start_matches('@')))
+            .map(Arc::as_ref)
             .collect();
         let found: Vec<&Seat> = if !exact.is_empty() {
             exact
@@ -184,6 +185,7 @@ impl Tool for LookupColleague {
             seats
                 .iter()
                 .filter(|s| query.is_empty() || matches(s, &query))
+                .map(Arc::as_ref)
                 .collect()
         };
         let total = found.len();

@@ -33,6 +33,24 @@ pub struct ConfigRevision {
     pub activated_at: Option<DateTime<Utc>>,
 }
 
+/// Which revision is active and since when: enough for a poller to tell
+/// whether the configuration changed without reading the company itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveKey {
+    pub revision_id: i64,
+    pub activated_at: Option<DateTime<Utc>>,
+}
+
+impl ConfigRevision {
+    /// This revision's [`ActiveKey`].
+    pub fn key(&self) -> ActiveKey {
+        ActiveKey {
+            revision_id: self.revision_id,
+            activated_at: self.activated_at,
+        }
+    }
+}
+
 /// A revision to append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewRevision {
@@ -69,6 +87,8 @@ pub trait ConfigRevisions: Send + Sync {
     async fn create(&self, new: NewRevision) -> Result<ConfigRevision, StoreError>;
     /// The active revision, if any.
     async fn active(&self) -> Result<Option<ConfigRevision>, StoreError>;
+    /// The active revision's key, without its payload (what pollers read).
+    async fn active_key(&self) -> Result<Option<ActiveKey>, StoreError>;
     async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError>;
     /// The revision with this uuid.
     async fn get_by_uuid(&self, uuid: Uuid) -> Result<Option<ConfigRevision>, StoreError>;
@@ -91,9 +111,31 @@ pub trait ConfigRevisions: Send + Sync {
 }
 
 /// Company configuration revisions in memory.
+///
+/// Each payload is kept as compact JSON text and parsed on read: a parsed
+/// company of a few thousand seats takes about 25 times the memory of its
+/// text, and readers are few (pollers read [`ConfigRevisions::active_key`]).
 #[derive(Debug, Default)]
 pub struct MemoryConfigRevisions {
-    revisions: Mutex<Vec<ConfigRevision>>,
+    revisions: Mutex<Vec<Stored>>,
+}
+
+/// A revision as the memory store keeps it: `meta.payload` is `Null`.
+#[derive(Debug)]
+struct Stored {
+    meta: ConfigRevision,
+    payload: Box<str>,
+}
+
+impl Stored {
+    fn revision(&self) -> Result<ConfigRevision, StoreError> {
+        let payload = serde_json::from_str(&self.payload)
+            .map_err(|e| StoreError::decode("company_config", e))?;
+        Ok(ConfigRevision {
+            payload,
+            ..self.meta.clone()
+        })
+    }
 }
 
 impl MemoryConfigRevisions {
@@ -101,82 +143,105 @@ impl MemoryConfigRevisions {
         Self::default()
     }
 
-    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<ConfigRevision>> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<Stored>> {
         self.revisions.lock()
+    }
+
+    fn find(
+        &self,
+        pick: impl Fn(&ConfigRevision) -> bool,
+    ) -> Result<Option<ConfigRevision>, StoreError> {
+        self.lock()
+            .iter()
+            .find(|r| pick(&r.meta))
+            .map(Stored::revision)
+            .transpose()
     }
 }
 
-fn activate_in(revisions: &mut [ConfigRevision], revision_id: i64) -> Option<ConfigRevision> {
-    if !revisions.iter().any(|r| r.revision_id == revision_id) {
+/// Makes `revision_id` the active one; `None` when there is no such revision.
+fn activate_in(revisions: &mut [Stored], revision_id: i64) -> Option<&Stored> {
+    if !revisions.iter().any(|r| r.meta.revision_id == revision_id) {
         return None;
     }
     let now = Utc::now();
-    let mut out = None;
     for r in revisions.iter_mut() {
-        if r.revision_id == revision_id {
-            if !r.is_active {
-                r.is_active = true;
-                r.activated_at = Some(now);
+        let meta = &mut r.meta;
+        if meta.revision_id == revision_id {
+            if !meta.is_active {
+                meta.is_active = true;
+                meta.activated_at = Some(now);
             }
-            out = Some(r.clone());
         } else {
-            r.is_active = false;
+            meta.is_active = false;
         }
     }
-    out
+    revisions.iter().find(|r| r.meta.revision_id == revision_id)
 }
 
 #[async_trait]
 impl ConfigRevisions for MemoryConfigRevisions {
     async fn create(&self, new: NewRevision) -> Result<ConfigRevision, StoreError> {
+        let payload = serde_json::to_string(&new.payload)
+            .map_err(|e| StoreError::decode("company_config", e))?
+            .into_boxed_str();
         let mut revisions = self.lock();
         let active = revisions
             .iter()
-            .find(|r| r.is_active)
-            .map(|r| r.revision_id);
+            .find(|r| r.meta.is_active)
+            .map(|r| r.meta.revision_id);
         if new.parent_revision_id != active {
             return Err(stale(new.parent_revision_id, active));
         }
-        let revision_id = revisions.last().map_or(1, |r| r.revision_id + 1);
+        let revision_id = revisions.last().map_or(1, |r| r.meta.revision_id + 1);
         let parent_uuid = new
             .parent_revision_id
-            .and_then(|p| revisions.iter().find(|r| r.revision_id == p))
-            .map(|r| r.uuid);
-        revisions.push(ConfigRevision {
-            revision_id,
-            parent_revision_id: new.parent_revision_id,
-            uuid: Uuid::new_v4(),
-            parent_uuid,
-            created_by: new.created_by,
-            source: new.source,
-            summary: new.summary,
-            payload: new.payload,
-            is_active: false,
-            created_at: Utc::now(),
-            activated_at: None,
+            .and_then(|p| revisions.iter().find(|r| r.meta.revision_id == p))
+            .map(|r| r.meta.uuid);
+        revisions.push(Stored {
+            meta: ConfigRevision {
+                revision_id,
+                parent_revision_id: new.parent_revision_id,
+                uuid: Uuid::new_v4(),
+                parent_uuid,
+                created_by: new.created_by,
+                source: new.source,
+                summary: new.summary,
+                payload: serde_json::Value::Null,
+                is_active: false,
+                created_at: Utc::now(),
+                activated_at: None,
+            },
+            payload,
         });
         let created = if new.activate {
             activate_in(&mut revisions, revision_id)
         } else {
-            revisions.last().cloned()
+            revisions.last()
         };
-        created.ok_or_else(|| StoreError::not_found("config revision", revision_id))
+        created
+            .ok_or_else(|| StoreError::not_found("config revision", revision_id))?
+            .revision()
     }
 
     async fn active(&self) -> Result<Option<ConfigRevision>, StoreError> {
-        Ok(self.lock().iter().find(|r| r.is_active).cloned())
+        self.find(|r| r.is_active)
     }
 
-    async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError> {
+    async fn active_key(&self) -> Result<Option<ActiveKey>, StoreError> {
         Ok(self
             .lock()
             .iter()
-            .find(|r| r.revision_id == revision_id)
-            .cloned())
+            .find(|r| r.meta.is_active)
+            .map(|r| r.meta.key()))
+    }
+
+    async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError> {
+        self.find(|r| r.revision_id == revision_id)
     }
 
     async fn get_by_uuid(&self, uuid: Uuid) -> Result<Option<ConfigRevision>, StoreError> {
-        Ok(self.lock().iter().find(|r| r.uuid == uuid).cloned())
+        self.find(|r| r.uuid == uuid)
     }
 
     async fn list(&self, limit: u32) -> Result<Vec<ConfigRevision>, StoreError> {
@@ -186,19 +251,19 @@ impl ConfigRevisions for MemoryConfigRevisions {
     async fn list_page(&self, limit: u32, offset: u64) -> Result<Vec<ConfigRevision>, StoreError> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-        Ok(self
-            .lock()
+        self.lock()
             .iter()
             .rev()
             .skip(offset)
             .take(limit)
-            .cloned()
-            .collect())
+            .map(Stored::revision)
+            .collect()
     }
 
     async fn activate(&self, revision_id: i64) -> Result<ConfigRevision, StoreError> {
         activate_in(&mut self.lock(), revision_id)
-            .ok_or_else(|| StoreError::not_found("config revision", revision_id))
+            .ok_or_else(|| StoreError::not_found("config revision", revision_id))?
+            .revision()
     }
 
     async fn revert(
@@ -212,13 +277,13 @@ impl ConfigRevisions for MemoryConfigRevisions {
             let revisions = self.lock();
             let target = revisions
                 .iter()
-                .find(|r| r.revision_id == revision_id)
+                .find(|r| r.meta.revision_id == revision_id)
                 .ok_or_else(|| StoreError::not_found("config revision", revision_id))?;
             let active = revisions
                 .iter()
-                .find(|r| r.is_active)
-                .map(|r| r.revision_id);
-            (target.payload.clone(), active)
+                .find(|r| r.meta.is_active)
+                .map(|r| r.meta.revision_id);
+            (target.revision()?.payload, active)
         };
         self.create(NewRevision {
             parent_revision_id: active,
@@ -394,6 +459,25 @@ impl ConfigRevisions for PostgresConfigRevisions {
             .map_err(query_err("reading the active config revision"))?
             .map(|r| read_revision(&r))
             .transpose()
+    }
+
+    async fn active_key(&self) -> Result<Option<ActiveKey>, StoreError> {
+        let client = self.db.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT revision_id, activated_at FROM company_config WHERE is_active",
+                &[],
+            )
+            .await
+            .map_err(query_err("reading the active config revision"))?;
+        let d = |e: tokio_postgres::Error| StoreError::decode("company_config", describe(&e));
+        row.map(|r| {
+            Ok(ActiveKey {
+                revision_id: r.try_get(0).map_err(d)?,
+                activated_at: r.try_get(1).map_err(d)?,
+            })
+        })
+        .transpose()
     }
 
     async fn get(&self, revision_id: i64) -> Result<Option<ConfigRevision>, StoreError> {

@@ -43,6 +43,22 @@ pub async fn first_revision_has_no_parent_and_can_be_activated(repo: Arc<dyn Con
     assert_eq!(active.map(|r| r.revision_id), Some(first.revision_id));
 }
 
+pub async fn active_key_follows_activation_without_the_payload(repo: Arc<dyn ConfigRevisions>) {
+    assert_eq!(ok(repo.active_key().await, "active key"), None);
+    let first = create(&*repo, rev(None, "Acme", true)).await;
+    assert_eq!(ok(repo.active_key().await, "active key"), Some(first.key()));
+    let draft = create(&*repo, rev(Some(first.revision_id), "Draft", false)).await;
+    // A draft does not move it.
+    assert_eq!(ok(repo.active_key().await, "active key"), Some(first.key()));
+    let activated = ok(repo.activate(draft.revision_id).await, "activate");
+    let key = ok(repo.active_key().await, "active key");
+    assert_eq!(key, Some(activated.key()));
+    assert_ne!(key, Some(first.key()));
+    assert!(key.is_some_and(|k| k.activated_at.is_some()));
+    let active = ok(repo.active().await, "active");
+    assert_eq!(active.map(|r| r.key()), key);
+}
+
 pub async fn stale_parent_is_a_conflict(repo: Arc<dyn ConfigRevisions>) {
     let first = create(&*repo, rev(None, "A", true)).await;
     let second = create(&*repo, rev(Some(first.revision_id), "B", true)).await;

@@ -68,6 +68,7 @@ macro_rules! config_revisions_conformance {
             config,
             [
                 first_revision_has_no_parent_and_can_be_activated,
+                active_key_follows_activation_without_the_payload,
                 stale_parent_is_a_conflict,
                 exactly_one_revision_is_active,
                 revert_appends_a_copy_and_activates_it,
