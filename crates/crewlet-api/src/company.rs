@@ -95,6 +95,8 @@ pub(crate) struct ActiveCompany {
     env: EnvLookup,
     /// The engine in this process, if any.
     engine: Option<Arc<dyn EngineView>>,
+    /// Read again before a new revision is loaded (standalone API).
+    secrets: Option<Arc<crewlet_backends::Secrets>>,
     current: RwLock<Option<Arc<Snapshot>>>,
     last_error: Mutex<Option<String>>,
     last_refresh: Mutex<Option<Instant>>,
@@ -106,11 +108,13 @@ impl ActiveCompany {
         configs: Arc<dyn ConfigRevisions>,
         env: EnvLookup,
         engine: Option<Arc<dyn EngineView>>,
+        secrets: Option<Arc<crewlet_backends::Secrets>>,
     ) -> Self {
         Self {
             configs,
             env,
             engine,
+            secrets,
             current: RwLock::new(None),
             last_error: Mutex::new(None),
             last_refresh: Mutex::new(None),
@@ -163,6 +167,11 @@ impl ActiveCompany {
             }
             Err(e) => return unreadable(&e),
         };
+        if let Some(secrets) = &self.secrets
+            && let Err(e) = secrets.reload().await
+        {
+            warn!(error = %e, "cannot read the secret store; keeping the secrets loaded before");
+        }
         match Snapshot::load(&revision, &self.env, running) {
             Ok(s) => {
                 info!(
@@ -245,7 +254,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let engine = Arc::new(FakeEngine::default());
         let env: EnvLookup = Arc::new(|_| None);
-        let active = ActiveCompany::new(configs, env, Some(engine.clone()));
+        let active = ActiveCompany::new(configs, env, Some(engine.clone()), None);
 
         // Before the engine starts: the API reads its own copy.
         active.refresh().await;

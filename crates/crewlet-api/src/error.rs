@@ -28,6 +28,10 @@ pub enum ApiError {
     #[error(transparent)]
     Store(#[from] StoreError),
 
+    /// The secret store's keyring or rows are refused.
+    #[error(transparent)]
+    Secrets(Box<crewlet_store::SecretError>),
+
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -42,6 +46,7 @@ impl From<crewlet_backends::BackendError> for ApiError {
         match e {
             B::Queue(e) => Self::Queue(e),
             B::Store(e) => Self::Store(e),
+            B::Secrets(e) => Self::Secrets(e),
             other @ (B::NeedsDatabase { .. } | B::Unsupported(_)) => {
                 Self::Unsupported(other.to_string())
             }

@@ -96,9 +96,11 @@ pub async fn serve(
         info!(file = %file.display(),
             "no api token is configured: a local operator token for this loopback listener is in this file (`crewlet task send` and the dashboard's writes use it)");
     }
+    let secrets = crewlet_backends::Secrets::open(&bootstrap, &backends.stores).await?;
     let builder = ApiBuilder::new(api_config, backends.queue.clone(), &backends.stores)
         .events(backends.stores.events.clone())
-        .security(bootstrap.security.clone());
+        .security(bootstrap.security.clone())
+        .secrets(secrets);
     let api = with_memory(builder, backends.stores.database.clone())
         .await
         .build()

@@ -172,6 +172,7 @@ pub struct ApiBuilder {
     queue: Arc<dyn EventQueue>,
     stores: ApiStores,
     engine: Option<Arc<dyn EngineView>>,
+    secrets: Option<Arc<crewlet_backends::Secrets>>,
     memory: Option<MemoryStores>,
     memory_missing: Option<String>,
     env: EnvLookup,
@@ -195,6 +196,7 @@ impl ApiBuilder {
             queue,
             stores: stores.into(),
             engine: None,
+            secrets: None,
             memory: None,
             memory_missing: None,
             env: Arc::new(process_env),
@@ -237,6 +239,14 @@ impl ApiBuilder {
 
     /// Tier A `security` (default: [`Security::default`]): checked on every
     /// `PUT /config` and revert, and the filter of every `${VAR}` lookup.
+    /// The secret store: the company's `${NAME}` resolve from it before the
+    /// environment, and a standalone API reads it again whenever a new
+    /// revision activates.
+    pub fn secrets(mut self, secrets: Arc<crewlet_backends::Secrets>) -> Self {
+        self.secrets = Some(secrets);
+        self
+    }
+
     pub fn security(mut self, security: Security) -> Self {
         self.security = security;
         self
@@ -262,8 +272,15 @@ impl ApiBuilder {
             );
         }
         crate::auth::Tokens::warn_unscoped(&self.config.auth);
-        let env = self.security.company_lookup(self.env);
-        let company = ActiveCompany::new(self.stores.config.clone(), env, self.engine.clone());
+        let env = match &self.secrets {
+            Some(secrets) => secrets.lookup(self.env),
+            None => self.env,
+        };
+        let env = self.security.company_lookup(env);
+        // With an engine in the process, the engine reloads the secrets.
+        let reload = self.secrets.clone().filter(|_| self.engine.is_none());
+        let company =
+            ActiveCompany::new(self.stores.config.clone(), env, self.engine.clone(), reload);
         // The live stream subscribes here, before the API can answer, so
         // every event published once `build` returns reaches it.
         let live = Arc::new(crate::live::LiveHub::new());

@@ -18,7 +18,17 @@ pub enum BackendError {
     )]
     NeedsDatabase { command: &'static str },
 
+    /// The secret store's keyring or rows are refused.
+    #[error(transparent)]
+    Secrets(Box<crewlet_store::SecretError>),
+
     /// The configuration asks for something this build cannot do.
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<crewlet_store::SecretError> for BackendError {
+    fn from(e: crewlet_store::SecretError) -> Self {
+        Self::Secrets(Box::new(e))
+    }
 }

@@ -17,6 +17,7 @@
 pub mod archive;
 mod connect;
 mod error;
+mod secrets;
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use tracing::warn;
 pub use archive::{ArchiveMembers, ArchiveStats, EventArchive};
 pub use connect::{connect_queue, open_database, open_stores};
 pub use error::BackendError;
+pub use secrets::{Secrets, keyring, secret_store};
 
 /// Which kind of process connects: it names the process to the broker and
 /// decides how the event archive is installed.

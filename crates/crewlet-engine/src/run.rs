@@ -286,6 +286,9 @@ async fn serve(
         .await?;
     }
 
+    // The company's `${NAME}` resolve from the secret store first; a key
+    // that cannot open it stops the start here, naming the key id.
+    let secrets = crewlet_backends::Secrets::open(bootstrap, &backends.stores).await?;
     let slot = Arc::new(EngineSlot::default());
     // One set of memory stores for every engine this process runs (across
     // config reloads) and for the embedded API's memory route.
@@ -304,7 +307,8 @@ async fn serve(
         }
         let api = ApiBuilder::new(api_config, backends.queue.clone(), &backends.stores)
             .engine(slot.clone())
-            .security(security.clone());
+            .security(security.clone())
+            .secrets(secrets.clone());
         let api = match &memory {
             Some(m) => api.memory(m.clone()),
             None => {
@@ -334,7 +338,7 @@ async fn serve(
     let engine_options = EngineOptions {
         // The embedded API deletes old webhook delivery claims itself.
         gc_webhook_deliveries: api_task.is_none(),
-        env: security.company_process_env(),
+        env: security.company_lookup(secrets.lookup(Arc::new(crewlet_config::process_env))),
         tool_skills: crate::SkillSyncOptions {
             dir: options.tool_skills_dir.clone(),
             ..Default::default()
@@ -353,10 +357,17 @@ async fn serve(
         );
     }
     let mut result = Ok(());
+    let mut engine_started_once = false;
     loop {
         let mut engine = None;
         let mut running = None;
         if let Some((company, rev)) = current.take() {
+            // A new revision is when a running process picks up secrets
+            // set since it started (`crewlet secrets set` says so).
+            if engine_started_once && let Err(e) = secrets.reload().await {
+                warn!(error = %e, "cannot read the secret store; keeping the secrets loaded before");
+            }
+            engine_started_once = true;
             let builder = EngineBuilder::new(company, backends)
                 .revision(Some(rev.revision_id))
                 .options(engine_options.clone());

@@ -18,6 +18,7 @@ pub mod migrate;
 pub mod partitions;
 mod patience;
 pub mod repos;
+pub mod secret_store;
 mod sql;
 mod stores;
 
@@ -53,5 +54,10 @@ pub use repos::ledger::{
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,
 };
+pub use repos::secrets::{MemorySecretValues, PostgresSecretValues, SealedSecret, SecretValues};
 pub use repos::webhooks::{MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries};
+pub use secret_store::{
+    Keyring, KeyringError, RekeyReport, SecretError, SecretInfo, SecretSnapshot, SecretStore,
+    is_secret_name,
+};
 pub use stores::Stores;

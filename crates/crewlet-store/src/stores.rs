@@ -10,6 +10,7 @@ use crate::repos::config_revisions::{
 use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
 use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
 use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, ScheduledRuns};
+use crate::repos::secrets::{MemorySecretValues, PostgresSecretValues, SecretValues};
 use crate::repos::webhooks::{
     MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
 };
@@ -26,6 +27,8 @@ pub struct Stores {
     pub webhooks: Arc<dyn WebhookDeliveries>,
     pub follows: Arc<dyn ThreadFollows>,
     pub schedules: Arc<dyn ScheduledRuns>,
+    /// Sealed `${NAME}` values (the secret store's rows).
+    pub secrets: Arc<dyn SecretValues>,
 }
 
 impl Stores {
@@ -39,6 +42,7 @@ impl Stores {
             webhooks: Arc::new(MemoryWebhookDeliveries::new()),
             follows: Arc::new(MemoryThreadFollows::new()),
             schedules: Arc::new(MemoryScheduledRuns::new()),
+            secrets: Arc::new(MemorySecretValues::new()),
         }
     }
 
@@ -65,6 +69,7 @@ impl Stores {
             webhooks: Arc::new(PostgresWebhookDeliveries::new(db.clone())),
             follows: Arc::new(PostgresThreadFollows::new(db.clone())),
             schedules: Arc::new(PostgresScheduledRuns::new(db.clone())),
+            secrets: Arc::new(PostgresSecretValues::new(db.clone())),
             database: Some(db),
         }
     }

@@ -31,6 +31,15 @@ mod memory {
             ))
         });
     }
+    mod secrets {
+        use super::*;
+        crewlet_store::secret_values_conformance!(|| async {
+            Some((
+                Arc::new(MemorySecretValues::new()) as Arc<dyn SecretValues>,
+                (),
+            ))
+        });
+    }
     mod follows {
         use super::*;
         crewlet_store::thread_follows_conformance!(|| async {
@@ -80,6 +89,16 @@ mod postgres {
             let (guard, db) = common::migrated().await?;
             Some((
                 Arc::new(PostgresWebhookDeliveries::new(db)) as Arc<dyn WebhookDeliveries>,
+                guard,
+            ))
+        });
+    }
+    mod secrets {
+        use super::*;
+        crewlet_store::secret_values_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresSecretValues::new(db)) as Arc<dyn SecretValues>,
                 guard,
             ))
         });

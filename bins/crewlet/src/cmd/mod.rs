@@ -12,6 +12,7 @@ mod provisioning;
 mod run;
 mod run_api;
 mod schema;
+mod secrets;
 mod slack;
 mod task;
 mod validate;
@@ -49,6 +50,9 @@ pub enum Command {
     Config(config::Args),
     /// Token budgets: show the ledger, reset a budget.
     Budgets(budgets::Args),
+    /// The secret store: `set` (value from stdin), `list`, `rm`, `rekey`,
+    /// `keygen`. Values never come back out.
+    Secrets(secrets::Args),
     /// Hand a seat work through the running API (`task send HANDLE TEXT --wait`).
     Task(task::Args),
     /// Mattermost bots: `provision` the seats' bots and tokens, `doctor`
@@ -77,6 +81,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Run(args) => run::dispatch(args),
         Command::Config(args) => config::run(args),
         Command::Budgets(args) => budgets::run(args),
+        Command::Secrets(args) => secrets::run(args),
         Command::Task(args) => task::run(args),
         Command::Mattermost(args) => mattermost::run(args),
         Command::Slack(args) => slack::run(args),

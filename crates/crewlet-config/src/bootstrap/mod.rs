@@ -50,9 +50,9 @@ pub struct Bootstrap {
     /// variables, outbound hosts.
     #[serde(default)]
     pub security: Security,
-    /// The original engine's encrypted secret store (key material).
+    /// The keyring of the secret store (`crewlet secrets`): `${NAME}`
+    /// resolve from the store first, the environment second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "the secret store is not built yet: secrets come from the environment"))]
     pub secrets: Option<SecretsConfig>,
     /// This process as a node of a fleet: its id, roles and labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,11 +60,11 @@ pub struct Bootstrap {
     pub node: Option<NodeConfig>,
 }
 
-/// Encrypted secret store keys.
+/// The secret store's keys: AES-256-GCM, by id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretsConfig {
-    /// Id of the key new secrets are encrypted with.
+    /// Id of the key new secrets are sealed with (one of `keys`).
     #[serde(default)]
     pub active_key_id: String,
     /// Key material, by id.
@@ -78,7 +78,8 @@ pub struct SecretsConfig {
 pub struct SecretKey {
     /// Key id.
     pub id: String,
-    /// Key material (base64).
+    /// Key material: base64 of 32 bytes, usually a `${VAR}`
+    /// (`crewlet secrets keygen` makes one).
     pub material: String,
 }
 

@@ -6,4 +6,5 @@ pub mod config_revisions;
 pub mod follows;
 pub mod ledger;
 pub mod schedules;
+pub mod secrets;
 pub mod webhooks;

@@ -10,6 +10,7 @@ pub mod config;
 pub mod events;
 pub mod ledger;
 pub mod ops;
+pub mod secrets;
 
 use std::fmt::Display;
 
@@ -97,6 +98,22 @@ macro_rules! webhook_deliveries_conformance {
                 gc_removes_old_claims_and_the_key_is_claimable_again,
                 concurrent_claims_of_one_delivery_let_exactly_one_win,
                 concurrent_claims_of_many_deliveries_let_one_win_each,
+            ]
+        );
+    };
+}
+
+/// Every [`crate::SecretValues`] case (and the secret store over it), as tests.
+#[macro_export]
+macro_rules! secret_values_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            secrets,
+            [
+                rows_are_put_replaced_listed_and_removed,
+                the_store_seals_lists_names_only_and_loads_values,
+                rekey_moves_every_secret_to_the_active_key,
             ]
         );
     };
