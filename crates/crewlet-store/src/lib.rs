@@ -49,7 +49,8 @@ pub use repos::config_revisions::{
 pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows, ThreadRef};
 pub use repos::ledger::{
     BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, MemoryTokenLedger,
-    ORG_SCOPE, PostgresTokenLedger, TokenLedger, UsageRow, agent_scope,
+    ORG_SCOPE, PostgresTokenLedger, ReservationId, ReserveOutcome, TokenLedger, UsageRow,
+    agent_scope,
 };
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,

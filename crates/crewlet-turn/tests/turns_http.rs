@@ -135,6 +135,30 @@ impl TokenLedger for CountingLedger {
     async fn usage(&self) -> Result<Vec<UsageRow>, StoreError> {
         self.inner.usage().await
     }
+    async fn reserve(
+        &self,
+        charge: &BudgetCharge,
+    ) -> Result<crewlet_store::ReserveOutcome, StoreError> {
+        self.inner.reserve(charge).await
+    }
+    async fn settle(
+        &self,
+        id: crewlet_store::ReservationId,
+        actual: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.settle(id, actual).await?;
+        self.charged.fetch_add(actual, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn release(&self, id: crewlet_store::ReservationId) -> Result<(), StoreError> {
+        self.inner.release(id).await
+    }
+    async fn release_stale(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, StoreError> {
+        self.inner.release_stale(before).await
+    }
 }
 
 // ---------------------------------------------------------------- harness

@@ -6,7 +6,8 @@ use crewlet_core::AgentId;
 
 use super::ok;
 use crate::repos::ledger::{
-    BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, TokenLedger, agent_scope,
+    BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, ReserveOutcome, TokenLedger,
+    agent_scope,
 };
 
 fn charge(handle: &str, tokens: u64, org_max: u64, agent_max: u64) -> BudgetCharge {
@@ -191,4 +192,144 @@ pub async fn usage_accumulates_per_handle(ledger: Arc<dyn TokenLedger>) {
         .map(|u| (u.agent_handle.as_str(), u.tokens_used))
         .collect();
     assert_eq!(pairs, vec![("eng", 123), ("pm", 5)]);
+}
+
+async fn held(ledger: &dyn TokenLedger, scope: &str) -> u64 {
+    row(ledger, scope).await.map_or(0, |r| r.reserved_tokens)
+}
+
+pub async fn a_reservation_holds_then_settles_what_was_spent(ledger: Arc<dyn TokenLedger>) {
+    let scope = agent_scope(&AgentId::for_seat("Conformance", "eng"));
+    let ReserveOutcome::Reserved(first) = ok(
+        ledger.reserve(&charge("eng", 600, 1000, 0)).await,
+        "reserve",
+    ) else {
+        panic!("600 of 1000 fits");
+    };
+    assert_eq!(
+        (held(&*ledger, "org").await, used(&*ledger, "org").await),
+        (600, 0)
+    );
+    assert_eq!(held(&*ledger, &scope).await, 600);
+    // The hold counts against the cap: 500 more does not fit, and a plain
+    // charge sees it too.
+    let refused = ok(
+        ledger.reserve(&charge("eng", 500, 1000, 0)).await,
+        "reserve",
+    );
+    assert_eq!(
+        refused,
+        ReserveOutcome::Refused(BudgetRefusal {
+            budget_type: BudgetType::Org,
+            used_tokens: 0,
+            max_tokens: 1000
+        })
+    );
+    assert!(matches!(
+        ok(ledger.charge(&charge("eng", 500, 1000, 0)).await, "charge"),
+        ChargeOutcome::Refused(_)
+    ));
+    // Settled below the hold: the rest is free again.
+    ok(ledger.settle(first, 250).await, "settle");
+    assert_eq!(
+        (held(&*ledger, "org").await, used(&*ledger, "org").await),
+        (0, 250)
+    );
+    assert_eq!(
+        (held(&*ledger, &scope).await, used(&*ledger, &scope).await),
+        (0, 250)
+    );
+    let ReserveOutcome::Reserved(second) = ok(
+        ledger.reserve(&charge("eng", 500, 1000, 0)).await,
+        "reserve",
+    ) else {
+        panic!("500 more fits after the settlement");
+    };
+    // Released: nothing charged.
+    ok(ledger.release(second).await, "release");
+    assert_eq!(
+        (held(&*ledger, "org").await, used(&*ledger, "org").await),
+        (0, 250)
+    );
+    // A reservation ends once.
+    assert!(matches!(
+        ledger.settle(second, 1).await,
+        Err(crate::StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        ledger.release(first).await,
+        Err(crate::StoreError::NotFound { .. })
+    ));
+}
+
+pub async fn concurrent_reservations_never_overspend_a_cap(ledger: Arc<dyn TokenLedger>) {
+    // 400 calls at once, 16 seats, each holding 100 and spending 40-100,
+    // against an org cap of 12,000: what is spent never passes the cap.
+    // (The pool queues callers; this count keeps every wait far inside the
+    // pool's 30 s wait limit on a busy CI machine.)
+    let cap = 12_000;
+    let tasks: Vec<_> = (0..400u64)
+        .map(|i| {
+            let ledger = Arc::clone(&ledger);
+            tokio::spawn(async move {
+                let c = charge(&format!("s{}", i % 16), 100, cap, 0);
+                match ledger.reserve(&c).await {
+                    Ok(ReserveOutcome::Reserved(id)) => {
+                        tokio::task::yield_now().await;
+                        let spent = 40 + (i * 7) % 61;
+                        ledger.settle(id, spent).await.map(|()| spent)
+                    }
+                    Ok(ReserveOutcome::Refused(_)) => Ok(0),
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .collect();
+    let mut spent = 0;
+    let mut served = 0;
+    for t in tasks {
+        let s = ok(ok(t.await, "joining a caller"), "reserve and settle");
+        spent += s;
+        served += u64::from(s > 0);
+    }
+    let org = used(&*ledger, "org").await;
+    assert_eq!(org, spent, "the ledger holds what the callers spent");
+    assert!(org <= cap, "overspent: {org} > {cap}");
+    assert_eq!(held(&*ledger, "org").await, 0, "every hold ended");
+    // Far more than the cap was asked; calls were served until it was full.
+    assert!(served >= 120, "only {served} calls were served");
+    let agents: u64 = ok(ledger.budgets().await, "budgets")
+        .iter()
+        .filter(|r| r.budget_type == BudgetType::Agent)
+        .map(|r| r.used_tokens)
+        .sum();
+    assert_eq!(agents, org, "agent scopes settled with the org");
+}
+
+pub async fn stale_reservations_are_released(ledger: Arc<dyn TokenLedger>) {
+    let ReserveOutcome::Reserved(old) = ok(
+        ledger.reserve(&charge("eng", 300, 1000, 0)).await,
+        "reserve",
+    ) else {
+        panic!("fits");
+    };
+    let cut = chrono::Utc::now();
+    let ReserveOutcome::Reserved(new) = ok(
+        ledger.reserve(&charge("eng", 200, 1000, 0)).await,
+        "reserve",
+    ) else {
+        panic!("fits");
+    };
+    assert_eq!(held(&*ledger, "org").await, 500);
+    assert_eq!(ok(ledger.release_stale(cut).await, "release stale"), 1);
+    assert_eq!(held(&*ledger, "org").await, 200);
+    assert!(
+        ledger.settle(old, 10).await.is_err(),
+        "the stale hold is gone"
+    );
+    ok(ledger.settle(new, 150).await, "the fresh one settles");
+    assert_eq!(
+        (held(&*ledger, "org").await, used(&*ledger, "org").await),
+        (0, 150)
+    );
 }

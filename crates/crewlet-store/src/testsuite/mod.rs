@@ -55,6 +55,9 @@ macro_rules! token_ledger_conformance {
                 zero_cap_is_unlimited,
                 reset_clears_usage_and_refusal,
                 usage_accumulates_per_handle,
+                a_reservation_holds_then_settles_what_was_spent,
+                concurrent_reservations_never_overspend_a_cap,
+                stale_reservations_are_released,
             ]
         );
     };
