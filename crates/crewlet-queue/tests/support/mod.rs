@@ -198,9 +198,16 @@ impl ThrowawayPulsar {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+        let log = self.log_tail();
+        // BookKeeper turns its bookie read-only when the disk is over 95%
+        // full; the broker then never passes its health check.
+        let hint = if log.contains("Not enough non-faulty bookies") {
+            " (the bookie is not writable: BookKeeper stops writing when its disk is over 95% full; check `df`)"
+        } else {
+            ""
+        };
         Err(format!(
-            "broker not ready after {limit:?}; log:\n{}",
-            self.log_tail()
+            "broker not ready after {limit:?}{hint}; log:\n{log}"
         ))
     }
 
