@@ -65,6 +65,8 @@ benches! {
     Knowledge => knowledge,
     /// Tokens per turn: prompt, tools-schema and completion tokens per phase (o200k_base), bytes sent and cached-prefix share of a reference turn, beside the original engine's on the same turn.
     Tokens => tokens,
+    /// Budgets: 1,000 concurrent reserve-then-settle calls against one capped budget (memory, PostgreSQL): overspend (must be 0), calls served, calls/s, p50/p99.
+    Budgets => budgets,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.
