@@ -690,13 +690,7 @@ async fn budgets_show_caps_durable_usage_and_refusals() {
     })
     .await;
     let eng = AgentId::for_seat("Test Co", "eng");
-    let charge = |tokens| BudgetCharge {
-        agent_id: eng,
-        agent_handle: "eng".into(),
-        tokens,
-        org_max: 1000,
-        agent_max: 100,
-    };
+    let charge = |tokens| BudgetCharge::new(eng, "eng", tokens, 1000, 100);
     let ledger = &h.stores.ledger;
     assert_eq!(
         ledger.charge(&charge(60)).await.unwrap(),

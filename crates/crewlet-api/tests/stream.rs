@@ -347,12 +347,14 @@ async fn budgets_follow_the_ledger_and_a_cap_at_eighty_percent_needs_attention()
 
     let mut s = connect(&h, "").await;
     assert_eq!(next(&mut s).await["kind"], "snapshot");
-    let charge = |handle: &str, tokens| BudgetCharge {
-        agent_id: AgentId::for_seat("Budget Co", handle),
-        agent_handle: handle.to_owned(),
-        tokens,
-        org_max: 10_000,
-        agent_max: if handle == "eng" { 1000 } else { 0 },
+    let charge = |handle: &str, tokens| {
+        BudgetCharge::new(
+            AgentId::for_seat("Budget Co", handle),
+            handle,
+            tokens,
+            10_000,
+            if handle == "eng" { 1000 } else { 0 },
+        )
     };
     h.stores
         .ledger

@@ -57,13 +57,8 @@ async fn run(name: &str, ledger: Arc<dyn TokenLedger>, a: &Args) -> anyhow::Resu
             let (seats, hold, cap) = (a.seats, a.hold, a.cap);
             tokio::spawn(async move {
                 let handle = format!("s{}", i % seats);
-                let charge = BudgetCharge {
-                    agent_id: AgentId::for_seat("Bench", &handle),
-                    agent_handle: handle,
-                    tokens: hold,
-                    org_max: cap,
-                    agent_max: 0,
-                };
+                let charge =
+                    BudgetCharge::new(AgentId::for_seat("Bench", &handle), &handle, hold, cap, 0);
                 let t = Instant::now();
                 let spent = match ledger.reserve(&charge).await? {
                     ReserveOutcome::Reserved(id) => {

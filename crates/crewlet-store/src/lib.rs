@@ -48,9 +48,9 @@ pub use repos::config_revisions::{
 };
 pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows, ThreadRef};
 pub use repos::ledger::{
-    BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, MemoryTokenLedger,
-    ORG_SCOPE, PostgresTokenLedger, ReservationId, ReserveOutcome, TokenLedger, UsageRow,
-    agent_scope,
+    BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, BudgetWarning, ChargeOutcome,
+    MemoryTokenLedger, ORG_SCOPE, PostgresTokenLedger, ReservationId, ReserveOutcome, TokenLedger,
+    UnitCap, UsageRow, agent_scope, unit_scope,
 };
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,

@@ -289,13 +289,7 @@ async fn usage_and_budgets_survive_a_new_repository_instance() -> anyhow::Result
     {
         let ledger = PostgresTokenLedger::new(db.clone());
         ledger.record_usage("eng", 1234).await?;
-        let charge = BudgetCharge {
-            agent_id,
-            agent_handle: "eng".into(),
-            tokens: 300,
-            org_max: 0,
-            agent_max: 1000,
-        };
+        let charge = BudgetCharge::new(agent_id, "eng", 300, 0, 1000);
         assert_eq!(ledger.charge(&charge).await?, ChargeOutcome::Charged);
     }
     drop(db);

@@ -7,17 +7,17 @@ use crewlet_core::AgentId;
 use super::ok;
 use crate::repos::ledger::{
     BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, ChargeOutcome, ReserveOutcome, TokenLedger,
-    agent_scope,
+    UnitCap, agent_scope, unit_scope,
 };
 
 fn charge(handle: &str, tokens: u64, org_max: u64, agent_max: u64) -> BudgetCharge {
-    BudgetCharge {
-        agent_id: AgentId::for_seat("Conformance", handle),
-        agent_handle: handle.to_owned(),
+    BudgetCharge::new(
+        AgentId::for_seat("Conformance", handle),
+        handle,
         tokens,
         org_max,
         agent_max,
-    }
+    )
 }
 
 async fn row(ledger: &dyn TokenLedger, scope: &str) -> Option<BudgetRow> {
@@ -119,6 +119,8 @@ pub async fn refusal_reports_type_used_and_max(ledger: Arc<dyn TokenLedger>) {
             budget_type: BudgetType::Agent,
             used_tokens: 80,
             max_tokens: 100,
+            reserved_tokens: 0,
+            unit: None,
         })
     );
     let scope = agent_scope(&AgentId::for_seat("Conformance", "eng"));
@@ -145,6 +147,8 @@ pub async fn org_refusal_charges_nothing(ledger: Arc<dyn TokenLedger>) {
             budget_type: BudgetType::Org,
             used_tokens: 0,
             max_tokens: 50,
+            reserved_tokens: 0,
+            unit: None,
         })
     );
     let scope = agent_scope(&AgentId::for_seat("Conformance", "eng"));
@@ -222,7 +226,9 @@ pub async fn a_reservation_holds_then_settles_what_was_spent(ledger: Arc<dyn Tok
         ReserveOutcome::Refused(BudgetRefusal {
             budget_type: BudgetType::Org,
             used_tokens: 0,
-            max_tokens: 1000
+            max_tokens: 1000,
+            reserved_tokens: 600,
+            unit: None,
         })
     );
     assert!(matches!(
@@ -277,7 +283,7 @@ pub async fn concurrent_reservations_never_overspend_a_cap(ledger: Arc<dyn Token
                     Ok(ReserveOutcome::Reserved(id)) => {
                         tokio::task::yield_now().await;
                         let spent = 40 + (i * 7) % 61;
-                        ledger.settle(id, spent).await.map(|()| spent)
+                        ledger.settle(id, spent).await.map(|_| spent)
                     }
                     Ok(ReserveOutcome::Refused(_)) => Ok(0),
                     Err(e) => Err(e),
@@ -332,4 +338,153 @@ pub async fn stale_reservations_are_released(ledger: Arc<dyn TokenLedger>) {
         (held(&*ledger, "org").await, used(&*ledger, "org").await),
         (0, 150)
     );
+}
+
+fn with_units(mut c: BudgetCharge, units: &[(&str, u64)]) -> BudgetCharge {
+    c.units = units
+        .iter()
+        .map(|(u, max)| UnitCap {
+            unit: (*u).to_owned(),
+            max: *max,
+        })
+        .collect();
+    c
+}
+
+pub async fn unit_budgets_are_shared_by_their_seats(ledger: Arc<dyn TokenLedger>) {
+    let eng = |h: &str, n| with_units(charge(h, n, 0, 0), &[("eng", 100), ("rnd", 0)]);
+    assert_eq!(
+        ok(ledger.charge(&eng("a", 60)).await, "charge"),
+        ChargeOutcome::Charged
+    );
+    // Another seat of the unit finds the unit's cap 60 tokens lower.
+    let refused = ok(ledger.charge(&eng("b", 50)).await, "charge");
+    assert_eq!(
+        refused,
+        ChargeOutcome::Refused(BudgetRefusal {
+            budget_type: BudgetType::Unit,
+            used_tokens: 60,
+            max_tokens: 100,
+            reserved_tokens: 0,
+            unit: Some("eng".into()),
+        })
+    );
+    assert_eq!(
+        used(&*ledger, "org").await,
+        60,
+        "nothing charged on refusal"
+    );
+    assert_eq!(used(&*ledger, &unit_scope("rnd")).await, 60);
+    let rows = ok(ledger.budgets().await, "budgets");
+    let kinds: Vec<BudgetType> = rows.iter().map(|r| r.budget_type).collect();
+    assert_eq!(
+        kinds,
+        [
+            BudgetType::Org,
+            BudgetType::Unit,
+            BudgetType::Unit,
+            BudgetType::Agent,
+            BudgetType::Agent
+        ],
+        "org, units, agents: {rows:?}"
+    );
+    assert_eq!(rows[1].unit(), Some("eng"));
+    let scopes = [unit_scope("eng"), "org".to_owned(), unit_scope("none")];
+    let mut found: Vec<String> = ok(ledger.scope_rows(&scopes).await, "scope rows")
+        .into_iter()
+        .map(|r| r.scope)
+        .collect();
+    found.sort();
+    assert_eq!(found, ["org".to_owned(), unit_scope("eng")]);
+}
+
+pub async fn a_new_period_starts_from_zero(ledger: Arc<dyn TokenLedger>) {
+    let day = |d: u32| {
+        chrono::NaiveDate::from_ymd_opt(2026, 12, d)
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|t| t.and_utc())
+    };
+    let at = |d, n| {
+        let mut c = charge("eng", n, 100, 0);
+        c.window = day(d);
+        c
+    };
+    assert_eq!(
+        ok(ledger.charge(&at(1, 90)).await, "charge"),
+        ChargeOutcome::Charged
+    );
+    assert!(matches!(
+        ok(ledger.charge(&at(1, 20)).await, "charge"),
+        ChargeOutcome::Refused(_)
+    ));
+    let r = row(&*ledger, "org").await;
+    assert!(r.as_ref().is_some_and(|r| r.refused_at.is_some()));
+    assert_eq!(r.and_then(|r| r.period_start), day(1));
+    // The next day the cap is whole again, and the refusal is gone.
+    assert_eq!(
+        ok(ledger.charge(&at(2, 20)).await, "charge"),
+        ChargeOutcome::Charged
+    );
+    let r = row(&*ledger, "org").await;
+    assert_eq!(r.as_ref().map(|r| r.used_tokens), Some(20));
+    assert!(r.as_ref().is_some_and(|r| r.refused_at.is_none()));
+    assert_eq!(r.and_then(|r| r.period_start), day(2));
+    // An older window never starts a period over.
+    assert_eq!(
+        ok(ledger.charge(&at(1, 10)).await, "charge"),
+        ChargeOutcome::Charged
+    );
+    assert_eq!(used(&*ledger, "org").await, 30);
+    // No period: usage accumulates, the row keeps its period.
+    assert_eq!(
+        ok(ledger.charge(&charge("eng", 10, 100, 0)).await, "charge"),
+        ChargeOutcome::Charged
+    );
+    assert_eq!(used(&*ledger, "org").await, 40);
+}
+
+pub async fn a_warning_is_claimed_once_per_period(ledger: Arc<dyn TokenLedger>) {
+    let warned = |c: BudgetCharge| {
+        let ledger = Arc::clone(&ledger);
+        async move {
+            let ReserveOutcome::Reserved(id) = ok(ledger.reserve(&c).await, "reserve") else {
+                panic!("fits: {c:?}");
+            };
+            ok(ledger.settle(id, c.tokens).await, "settle")
+        }
+    };
+    let c = |n| {
+        let mut c = charge("eng", n, 1000, 0);
+        c.warn_at = 0.8;
+        c
+    };
+    assert!(warned(c(700)).await.is_empty(), "70% does not warn");
+    let w = warned(c(100)).await;
+    assert_eq!(w.len(), 1, "80% of the org cap warns: {w:?}");
+    assert_eq!(
+        (
+            w[0].scope.as_str(),
+            w[0].budget_type,
+            w[0].used_tokens,
+            w[0].max_tokens
+        ),
+        ("org", BudgetType::Org, 800, 1000)
+    );
+    assert!(warned(c(100)).await.is_empty(), "once per period");
+    assert!(
+        row(&*ledger, "org")
+            .await
+            .is_some_and(|r| r.warned_at.is_some())
+    );
+    // A reset clears the warning with the usage.
+    ok(ledger.reset("org").await, "reset");
+    assert!(
+        row(&*ledger, "org")
+            .await
+            .is_some_and(|r| r.warned_at.is_none())
+    );
+    assert!(warned(c(500)).await.is_empty());
+    assert_eq!(warned(c(300)).await.len(), 1, "warns again after a reset");
+    // Without warn_at, nothing is claimed.
+    assert!(warned(charge("eng", 10, 1000, 0)).await.is_empty());
 }

@@ -58,6 +58,9 @@ macro_rules! token_ledger_conformance {
                 a_reservation_holds_then_settles_what_was_spent,
                 concurrent_reservations_never_overspend_a_cap,
                 stale_reservations_are_released,
+                unit_budgets_are_shared_by_their_seats,
+                a_new_period_starts_from_zero,
+                a_warning_is_claimed_once_per_period,
             ]
         );
     };

@@ -19,6 +19,8 @@ pub use postgres::PostgresTokenLedger;
 #[serde(rename_all = "lowercase")]
 pub enum BudgetType {
     Org,
+    /// A unit's budget, shared by the seats of the unit and its sub-units.
+    Unit,
     Agent,
 }
 
@@ -27,13 +29,24 @@ impl BudgetType {
     pub fn as_str(self) -> &'static str {
         match self {
             BudgetType::Org => "org",
+            BudgetType::Unit => "unit",
             BudgetType::Agent => "agent",
         }
     }
 }
 
-/// One LLM completion's tokens, charged to the org and the agent at once.
+/// A unit's cap in a [`BudgetCharge`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitCap {
+    /// The unit's name.
+    pub unit: String,
+    /// 0 = unlimited.
+    pub max: u64,
+}
+
+/// One LLM completion's tokens, charged to the org, the seat's units and
+/// the agent at once.
+#[derive(Clone, Debug, PartialEq)]
 pub struct BudgetCharge {
     pub agent_id: AgentId,
     pub agent_handle: String,
@@ -42,11 +55,106 @@ pub struct BudgetCharge {
     pub org_max: u64,
     /// This agent's cap; 0 = unlimited.
     pub agent_max: u64,
+    /// The caps of the units the seat sits in (its own and the ones above
+    /// it) that have one.
+    pub units: Vec<UnitCap>,
+    /// The start of the current budget period (`budget_policy.period`);
+    /// a row whose period started before it counts from 0 again. `None`:
+    /// no period, usage accumulates until reset.
+    pub window: Option<DateTime<Utc>>,
+    /// The fraction of a cap at which a settlement claims the scope's
+    /// warning (once per period); 0 = no warnings.
+    pub warn_at: f64,
+}
+
+impl BudgetCharge {
+    /// A charge against the org and agent caps only, no period, no warning.
+    pub fn new(
+        agent_id: AgentId,
+        agent_handle: &str,
+        tokens: u64,
+        org_max: u64,
+        agent_max: u64,
+    ) -> Self {
+        Self {
+            agent_id,
+            agent_handle: agent_handle.to_owned(),
+            tokens,
+            org_max,
+            agent_max,
+            units: Vec::new(),
+            window: None,
+            warn_at: 0.0,
+        }
+    }
+
+    /// Every scope the charge touches, with its cap, in the one order all
+    /// charges take their locks in: org, units by name, agent.
+    pub(crate) fn scopes(&self) -> Vec<ScopeCap> {
+        let mut units: Vec<&UnitCap> = self.units.iter().collect();
+        units.sort_by(|a, b| a.unit.cmp(&b.unit));
+        units.dedup_by(|a, b| a.unit == b.unit);
+        let mut out = Vec::with_capacity(units.len() + 2);
+        out.push(ScopeCap {
+            scope: ORG_SCOPE.to_owned(),
+            kind: BudgetType::Org,
+            max: self.org_max,
+        });
+        out.extend(units.into_iter().map(|u| ScopeCap {
+            scope: unit_scope(&u.unit),
+            kind: BudgetType::Unit,
+            max: u.max,
+        }));
+        out.push(ScopeCap {
+            scope: agent_scope(&self.agent_id),
+            kind: BudgetType::Agent,
+            max: self.agent_max,
+        });
+        out
+    }
+}
+
+/// One scope a charge touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ScopeCap {
+    pub scope: String,
+    pub kind: BudgetType,
+    pub max: u64,
 }
 
 /// Why a charge was refused: the budget, what it had used, and its cap.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetRefusal {
+    pub budget_type: BudgetType,
+    pub used_tokens: u64,
+    pub max_tokens: u64,
+    /// Held by calls in flight when the reservation was refused: a
+    /// refusal that only holds explain (`used + asked <= max`) passes
+    /// once they settle.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reserved_tokens: u64,
+    /// The unit, for a unit budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl BudgetRefusal {
+    /// True when the budget itself has no room for the call, as opposed to
+    /// room taken only by calls still in flight.
+    pub fn is_spent(&self, asked: u64) -> bool {
+        self.max_tokens > 0 && self.used_tokens.saturating_add(asked) > self.max_tokens
+    }
+}
+
+/// A scope whose warning a settlement claimed: it crossed
+/// [`BudgetCharge::warn_at`] of its cap for the first time this period.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetWarning {
+    pub scope: String,
     pub budget_type: BudgetType,
     pub used_tokens: u64,
     pub max_tokens: u64,
@@ -73,6 +181,20 @@ pub struct BudgetRow {
     pub max_tokens: u64,
     pub refused_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The start of the period `used_tokens` counts in, when the budget
+    /// has a period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_start: Option<DateTime<Utc>>,
+    /// When this period's warning was published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warned_at: Option<DateTime<Utc>>,
+}
+
+impl BudgetRow {
+    /// The unit's name, for a unit budget.
+    pub fn unit(&self) -> Option<&str> {
+        self.scope.strip_prefix("unit:")
+    }
 }
 
 /// Lifetime tokens of one agent (`token_usage`).
@@ -83,7 +205,6 @@ pub struct UsageRow {
     pub updated_at: DateTime<Utc>,
 }
 
-/// The scope key of the org budget.
 /// A hold on budget taken before a model call ([`TokenLedger::reserve`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReservationId(pub uuid::Uuid);
@@ -95,6 +216,7 @@ pub enum ReserveOutcome {
     Refused(BudgetRefusal),
 }
 
+/// The scope key of the org budget.
 pub const ORG_SCOPE: &str = "org";
 
 /// The scope key of one agent's budget, `agent:{agent_id}`.
@@ -102,9 +224,27 @@ pub fn agent_scope(agent_id: &AgentId) -> String {
     format!("agent:{agent_id}")
 }
 
+/// The scope key of one unit's budget, `unit:{name}`.
+pub fn unit_scope(unit: &str) -> String {
+    format!("unit:{unit}")
+}
+
+/// Whether a row whose period started at `row_start` starts over in the
+/// period that began at `window`.
+pub(crate) fn new_period(row_start: Option<DateTime<Utc>>, window: Option<DateTime<Utc>>) -> bool {
+    match (row_start, window) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(r), Some(w)) => r < w,
+    }
+}
+
 fn scope_kind(scope: &str) -> Result<(BudgetType, Option<AgentId>), StoreError> {
     if scope == ORG_SCOPE {
         return Ok((BudgetType::Org, None));
+    }
+    if scope.strip_prefix("unit:").is_some_and(|u| !u.is_empty()) {
+        return Ok((BudgetType::Unit, None));
     }
     let id = scope
         .strip_prefix("agent:")
@@ -112,7 +252,7 @@ fn scope_kind(scope: &str) -> Result<(BudgetType, Option<AgentId>), StoreError> 
         .ok_or_else(|| {
             StoreError::invalid(
                 "budget scope",
-                format!("`{scope}` is neither `org` nor `agent:{{agent id}}`"),
+                format!("`{scope}` is not `org`, `unit:{{name}}` or `agent:{{agent id}}`"),
             )
         })?;
     Ok((BudgetType::Agent, Some(id)))
@@ -137,9 +277,20 @@ pub trait TokenLedger: Send + Sync {
     async fn reserve(&self, charge: &BudgetCharge) -> Result<ReserveOutcome, StoreError>;
 
     /// Ends a reservation: its hold goes and `actual` tokens are charged
-    /// (all of them, even past the hold: they were spent). An unknown or
-    /// already ended reservation is [`StoreError::NotFound`].
-    async fn settle(&self, id: ReservationId, actual: u64) -> Result<(), StoreError>;
+    /// (all of them, even past the hold: they were spent). Returns the
+    /// scopes whose warning this settlement claimed (used reached the
+    /// reservation's `warn_at` of the cap, first time this period: across
+    /// processes exactly one settlement claims it). An unknown or already
+    /// ended reservation is [`StoreError::NotFound`].
+    async fn settle(
+        &self,
+        id: ReservationId,
+        actual: u64,
+    ) -> Result<Vec<BudgetWarning>, StoreError>;
+
+    /// The rows of these scopes (those that exist), for the pause check
+    /// before a turn.
+    async fn scope_rows(&self, scopes: &[String]) -> Result<Vec<BudgetRow>, StoreError>;
 
     /// Ends a reservation without charging (the call was never made).
     async fn release(&self, id: ReservationId) -> Result<(), StoreError>;
@@ -154,7 +305,7 @@ pub trait TokenLedger: Send + Sync {
     /// Every budget row, org first, then agents by scope.
     async fn budgets(&self) -> Result<Vec<BudgetRow>, StoreError>;
 
-    /// Sets a scope's usage back to 0 and clears its refusal.
+    /// Sets a scope's usage back to 0 and clears its refusal and warning.
     /// An unknown scope is [`StoreError::NotFound`].
     async fn reset(&self, scope: &str) -> Result<(), StoreError>;
 
