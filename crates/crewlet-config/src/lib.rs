@@ -39,6 +39,10 @@ pub use bootstrap::{
 };
 pub use company::validate::{CompanyReport, check_company, check_company_report};
 pub use company::{
+    BudgetPeriod, BudgetPolicy, MattermostIntegration, MattermostProvisioning, MattermostSeat,
+    StatusPhrases, WorkingStatus,
+};
+pub use company::{
     Company, CompanyProviders, ConfluenceIntegration, Contact, EmbeddingsKind, EmbeddingsProvider,
     GithubIntegration, GitlabIntegration, Integrations, JiraIntegration, Learning, LlmChoice,
     LlmKind, LlmPhases, LlmProvider, LlmSpec, McpServer, McpTransport, Phase, PlaneIntegration,
@@ -48,9 +52,6 @@ pub use company::{
 };
 pub use company::{
     DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_PROVIDER, LOCAL_EMBEDDING_DIMENSIONS, later,
-};
-pub use company::{
-    MattermostIntegration, MattermostProvisioning, MattermostSeat, StatusPhrases, WorkingStatus,
 };
 pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;

@@ -136,6 +136,7 @@ event_types! {
     AgentPhaseStarted = "agent_phase_started" => System,
     AgentPhaseCompleted = "agent_phase_completed" => System,
     BudgetExhausted = "budget_exhausted" => System,
+    BudgetWarning = "budget_warning" => System,
     TurnGuardBreach = "turn.guard_breach" => System,
     LlmUnavailable = "llm_unavailable" => System,
     ProviderFallback = "provider_fallback" => System,
@@ -144,6 +145,7 @@ event_types! {
     ToolActivated = "phase.tool_activated" => System,
     ExecuteMissingTool = "execute.missing_tool" => System,
     ConfigRevisionActivated = "config_revision_activated" => System,
+    ConfigRevisionApplied = "config_revision_applied" => System,
     // communication
     MessageSent = "message_sent" => Communication,
     // decision

@@ -5,6 +5,7 @@
 //! (topics) belongs to `crewlet-queue`, storage to `crewlet-store`.
 
 mod agent_id;
+mod budget;
 mod event;
 mod event_type;
 pub mod payload;
@@ -13,6 +14,7 @@ mod trace;
 mod wire;
 
 pub use agent_id::{AGENT_ID_NAMESPACE, AgentId};
+pub use budget::BudgetPeriod;
 pub use event::{Event, TAG_AGENT_HANDLE};
 pub use event_type::{Category, EventType};
 pub use payload::{EventPayload, PayloadError};

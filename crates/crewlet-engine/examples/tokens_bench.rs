@@ -235,7 +235,7 @@ async fn run_ours(args: &Args, reference: &Value) -> BenchResult<Vec<Recorded>> 
         mission: company.mission.clone().unwrap_or_default(),
         vision: company.vision.clone().unwrap_or_default(),
         policies: company.policies.clone(),
-        token_budget: 0,
+        ..CompanyProfile::default()
     };
     let engine = TurnEngine::new(
         profile,

@@ -264,6 +264,8 @@ async fn opted_out_seats_skipped_turns_and_exhausted_budgets_learn_nothing() {
             budget_type: BudgetType::Agent,
             used_tokens: 10,
             max_tokens: 10,
+            reserved_tokens: 0,
+            unit: None,
         }),
         detail: "out of tokens".into(),
     });

@@ -195,6 +195,10 @@ impl LlmProvider for OpenAiProvider {
         &self.model
     }
 
+    fn max_tokens(&self) -> Option<u32> {
+        self.max_tokens
+    }
+
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         let answer = self.endpoint.send_json(&self.body(request, false)).await?;
         self.parse(&answer)

@@ -23,6 +23,12 @@ pub trait LlmProvider: Send + Sync {
     /// The configured model.
     fn model(&self) -> &str;
 
+    /// The output cap the provider sends when a request names none; `None`
+    /// when it sends none (the model's own default applies).
+    fn max_tokens(&self) -> Option<u32> {
+        None
+    }
+
     /// One call, answered whole.
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError>;
 

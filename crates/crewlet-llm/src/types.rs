@@ -85,6 +85,30 @@ impl Message {
             tool_calls,
         }
     }
+
+    /// The bytes of text the message carries (content, tool names and
+    /// arguments): an upper bound of its tokens for budgeting.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Message::User { content } => content.len(),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            }
+            Message::Tool {
+                call_id,
+                name,
+                content,
+                ..
+            } => call_id.len() + name.len() + content.len(),
+        }
+    }
 }
 
 /// A tool as offered to the model.

@@ -70,24 +70,36 @@ impl Auxiliary {
             temperature: Some(0.0),
             max_tokens: Some(call.max_tokens.max(1)),
         };
+        let limits = BudgetLimits::of(&self.company, call.seat);
+        let warnings = parking_lot::Mutex::new(Vec::new());
+        let gate = BudgetGate {
+            ledger: self.ledger.as_ref(),
+            tracker: &self.usage,
+            agent_id: call.seat.agent_id,
+            agent_handle: &call.seat.handle,
+            limits: &limits,
+            turn_usage: None,
+            warnings: Some(&warnings),
+            patience: Patience::at_most(self.patience),
+        };
         let mut last: Option<LlmError> = None;
         for provider in chain.providers() {
             let started = Instant::now();
+            // Held before the call, like a phase's: learning never spends
+            // past a cap either.
+            let hold = gate
+                .reserve(
+                    crate::budget::prompt_bound(&request),
+                    crate::budget::output_bound(&request, provider.max_tokens()),
+                )
+                .await?;
+            let mut request = request.clone();
+            request.max_tokens = request
+                .max_tokens
+                .map(|m| m.min(u32::try_from(hold.output_cap()).unwrap_or(u32::MAX)));
             match provider.complete(&request).await {
                 Ok(completion) => {
-                    let gate = BudgetGate {
-                        ledger: self.ledger.as_ref(),
-                        tracker: &self.usage,
-                        agent_id: call.seat.agent_id,
-                        agent_handle: &call.seat.handle,
-                        limits: BudgetLimits {
-                            org_max: self.company.token_budget,
-                            agent_max: call.seat.token_budget,
-                        },
-                        turn_usage: None,
-                        patience: Patience::at_most(self.patience),
-                    };
-                    let charged = gate.charge(&completion.usage).await;
+                    let charged = gate.settle(hold, &completion.usage).await;
                     self.report(
                         &call,
                         &completion.provider,
@@ -97,10 +109,13 @@ impl Auxiliary {
                         charged.is_ok(),
                     )
                     .await;
+                    let claimed = std::mem::take(&mut *warnings.lock());
+                    self.report_warnings(&call, claimed).await;
                     charged?;
                     return Ok(completion.content);
                 }
                 Err(e) => {
+                    gate.release(hold).await;
                     tracing::debug!(agent = %call.seat.handle, worker = call.worker,
                         provider = provider.name(), error = %e, "auxiliary call failed");
                     last = Some(e);
@@ -108,6 +123,35 @@ impl Auxiliary {
             }
         }
         Err(TurnError::Llm(last.unwrap_or(LlmError::NoProviders)))
+    }
+
+    async fn report_warnings(
+        &self,
+        call: &AuxCall<'_>,
+        warnings: Vec<crewlet_store::BudgetWarning>,
+    ) {
+        for w in warnings {
+            let payload = crewlet_core::payload::BudgetWarning {
+                budget_type: w.budget_type.as_str().to_owned(),
+                scope: w.scope.clone(),
+                used_tokens: w.used_tokens,
+                max_tokens: w.max_tokens,
+                warn_at: self.company.budget_warn_at,
+            };
+            let trace = call
+                .trace
+                .map_or_else(TraceContext::new_root, |t| t.child());
+            let event = payload
+                .to_event(self.source.as_str())
+                .with_summary(format!(
+                    "{} token budget at {} of {}",
+                    w.scope, w.used_tokens, w.max_tokens
+                ))
+                .with_agent(call.seat.agent_id, call.seat.role_name.as_str())
+                .with_trace(trace)
+                .with_agent_handle(call.seat.handle.as_str());
+            self.sink.emit(event).await;
+        }
     }
 
     async fn report(

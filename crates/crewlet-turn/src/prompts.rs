@@ -333,7 +333,7 @@ mod tests {
             mission: "Make weather boring".into(),
             vision: "Every forecast right".into(),
             policies: vec!["No customer data in chat".into()],
-            token_budget: 0,
+            ..CompanyProfile::default()
         }
     }
 

@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
-use crewlet_core::{AgentId, TraceContext};
+use crewlet_core::{AgentId, BudgetPeriod, TraceContext};
 use crewlet_llm::RoleLlm;
+use crewlet_store::UnitCap;
 
 /// The company, as every prompt presents it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompanyProfile {
     pub name: String,
     pub mission: String,
@@ -18,6 +19,10 @@ pub struct CompanyProfile {
     pub policies: Vec<String>,
     /// Org-wide token budget; 0 = unlimited.
     pub token_budget: u64,
+    /// The window every budget counts in (`budget_policy.period`).
+    pub budget_period: BudgetPeriod,
+    /// The fraction of a cap that publishes `budget_warning`; 0 = none.
+    pub budget_warn_at: f64,
 }
 
 /// A colleague named in a prompt (manager chain, reports).
@@ -65,6 +70,9 @@ pub struct SeatProfile {
     pub unit_path: Vec<String>,
     /// The role's token budget; 0 = unlimited.
     pub token_budget: u64,
+    /// The budgets of the units the seat spends from (its own and those
+    /// above it that have one).
+    pub unit_budgets: Vec<UnitCap>,
     pub llm: RoleLlm,
 }
 
@@ -84,6 +92,7 @@ impl SeatProfile {
             reports: Vec::new(),
             unit_path: Vec::new(),
             token_budget: 0,
+            unit_budgets: Vec::new(),
             llm: RoleLlm::default(),
         }
     }

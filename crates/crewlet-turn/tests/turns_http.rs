@@ -145,10 +145,13 @@ impl TokenLedger for CountingLedger {
         &self,
         id: crewlet_store::ReservationId,
         actual: u64,
-    ) -> Result<(), StoreError> {
-        self.inner.settle(id, actual).await?;
+    ) -> Result<Vec<crewlet_store::BudgetWarning>, StoreError> {
+        let warnings = self.inner.settle(id, actual).await?;
         self.charged.fetch_add(actual, Ordering::SeqCst);
-        Ok(())
+        Ok(warnings)
+    }
+    async fn scope_rows(&self, scopes: &[String]) -> Result<Vec<BudgetRow>, StoreError> {
+        self.inner.scope_rows(scopes).await
     }
     async fn release(&self, id: crewlet_store::ReservationId) -> Result<(), StoreError> {
         self.inner.release(id).await
@@ -864,7 +867,9 @@ async fn a_failing_provider_restarts_the_phase_on_the_next() -> TestResult {
 }
 
 #[tokio::test]
-async fn budget_refusal_mid_turn_fails_the_task() -> TestResult {
+async fn a_budget_without_room_for_the_call_refuses_it_before_it_is_made() -> TestResult {
+    // 300 tokens cannot hold the plan call's prompt: the call is never
+    // sent, so nothing is billed that the ledger does not know of.
     let setup = Setup {
         org_budget: 300,
         ..Setup::default()
@@ -874,26 +879,61 @@ async fn budget_refusal_mid_turn_fails_the_task() -> TestResult {
     assert_eq!(o.decision, TurnDecision::Failed);
     let exhausted = h.sink.of_type(&EventType::BudgetExhausted);
     assert_eq!(exhausted.len(), 1);
-    // plan 120 + first execute round 132 = 252 charged; 165 more would pass 300
     assert_eq!(
         exhausted[0].payload,
-        json!({"budget_type": "org", "used_tokens": 252, "max_tokens": 300})
+        json!({"budget_type": "org", "used_tokens": 0, "max_tokens": 300})
     );
     assert!(matches!(
         o.failure.as_ref().map(|f| &f.reason),
-        Some(FailureReason::BudgetExhausted(r)) if r.used_tokens == 252
+        Some(FailureReason::BudgetExhausted(r)) if r.used_tokens == 0
     ));
     let failed = h.sink.of_type(&EventType::TaskFailed);
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].payload["reason"], "budget_exhausted");
-    assert!(h.sink.of_type(&EventType::TaskCompleted).is_empty());
-    // no review happened; the refused completion was billed but not charged
-    assert!(o.phases.iter().all(|p| p.phase != Phase::Review));
-    assert_eq!(h.ledger.charged.load(Ordering::SeqCst), 252);
-    let usage_rows = h.ledger.usage().await?;
-    assert_eq!(usage_rows[0].tokens_used, 252);
-    assert_eq!(h.engine.summary().engine.total_tokens, 417);
-    assert_eq!(o.usage.total(), 417);
+    assert_eq!(h.server.request_count(), 0, "no call was made");
+    assert_eq!(h.ledger.charged.load(Ordering::SeqCst), 0);
+    assert_eq!(o.usage.total(), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_nearly_spent_budget_asks_for_less_output_and_is_never_passed() -> TestResult {
+    const CAP: u64 = 1_000_000;
+    let setup = Setup {
+        org_budget: CAP,
+        ..Setup::default()
+    };
+    let h = harness(standard_script(), setup).await?;
+    // Leave 6,000 tokens: room for a prompt, not for a full 8,192 output.
+    let pre = BudgetCharge::new(seat("eng").agent_id, "eng", CAP - 6_000, CAP, 0);
+    assert_eq!(h.ledger.charge(&pre).await?, ChargeOutcome::Charged);
+    let o = h.engine.run_turn(&seat("eng"), &trigger("task-n")).await;
+    let requests = h.server.requests();
+    assert!(!requests.is_empty(), "the plan call fits the room");
+    let asked = requests[0].body["max_tokens"]
+        .as_u64()
+        .or_else(|| requests[0].body["max_completion_tokens"].as_u64());
+    assert!(
+        asked.is_some_and(|m| (64..6_000).contains(&m)),
+        "the first call's output cap shrank to the room: {asked:?}"
+    );
+    let used = h
+        .ledger
+        .budgets()
+        .await?
+        .into_iter()
+        .find(|r| r.scope == "org")
+        .map(|r| (r.used_tokens, r.reserved_tokens));
+    assert_eq!(used.map(|u| u.1), Some(0), "every hold ended");
+    assert!(
+        used.is_some_and(|u| u.0 <= CAP),
+        "never past the cap: {used:?}"
+    );
+    assert_eq!(
+        used.map(|u| u.0),
+        Some(CAP - 6_000 + o.usage.total()),
+        "every completion the turn paid for is charged"
+    );
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! Tier B: the company YAML (founder-owned, imported as a versioned revision).
 
+mod budget;
 mod integrations;
 pub mod later;
 mod learning;
@@ -17,6 +18,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use budget::{BudgetPeriod, BudgetPolicy};
 pub use integrations::{
     ConfluenceIntegration, GithubIntegration, GitlabIntegration, Integrations, JiraIntegration,
     MattermostIntegration, MattermostProvisioning, MattermostSeat, PlaneIntegration,
@@ -64,9 +66,14 @@ pub struct Company {
     /// Models the seats may use.
     #[serde(default)]
     pub providers: CompanyProviders,
-    /// Tokens the whole company may spend, over its lifetime; 0 = unlimited.
+    /// Tokens the whole company may spend (in each `budget_policy.period`,
+    /// or until reset); 0 = unlimited.
     #[serde(default)]
     pub token_budget: u64,
+    /// How the token budgets count (a period that starts over on its own)
+    /// and when they warn.
+    #[serde(default, skip_serializing_if = "is_default_policy")]
+    pub budget_policy: BudgetPolicy,
     /// Limits of the Plan -> Execute -> Review loop.
     #[serde(default)]
     pub turn_engine: TurnEngine,
@@ -353,3 +360,7 @@ impl Company {
 
 /// The provider a seat uses when it names none.
 pub const DEFAULT_PROVIDER: &str = "default";
+
+fn is_default_policy(p: &BudgetPolicy) -> bool {
+    *p == BudgetPolicy::default()
+}

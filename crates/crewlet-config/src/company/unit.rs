@@ -30,6 +30,10 @@ pub struct Unit {
     /// is a warning (the unit then has no lead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lead: Option<String>,
+    /// Tokens the unit's seats (and its sub-units' seats) may spend
+    /// together, counted like the company's; 0 = unlimited.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub token_budget: u64,
     /// What the unit is working towards.
     #[serde(default)]
     pub goals: Vec<String>,
@@ -60,6 +64,10 @@ pub struct Unit {
     /// role's own value wins, name by name.
     #[serde(default)]
     pub mcp_env: IndexMap<String, IndexMap<String, String>>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn default_unit_type() -> String {

@@ -56,6 +56,8 @@ pub struct OrgUnit {
     pub lead_inherited: bool,
     /// Handles of the unit's own seats (not those of sub-units).
     pub seats: Vec<String>,
+    /// The unit's `token_budget`; 0 = unlimited.
+    pub token_budget: u64,
 }
 
 /// One seat of the company.
@@ -134,6 +136,21 @@ impl Organization {
 
     pub fn seat(&self, handle: &str) -> Option<&Arc<Seat>> {
         self.by_handle.get(handle).map(|&i| &self.seats[i])
+    }
+
+    /// The units with a `token_budget` that `seat` spends from: its own
+    /// unit and every unit above it, innermost first, as (name, cap).
+    pub fn unit_budgets(&self, seat: &Seat) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let mut at = seat.unit;
+        while let Some(i) = at {
+            let Some(unit) = self.units.get(i) else { break };
+            if unit.token_budget > 0 {
+                out.push((unit.name.clone(), unit.token_budget));
+            }
+            at = unit.parent;
+        }
+        out
     }
 
     pub fn seat_by_id(&self, id: AgentId) -> Option<&Arc<Seat>> {

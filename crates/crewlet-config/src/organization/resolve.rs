@@ -417,6 +417,7 @@ pub(crate) fn resolve(company: &Company) -> (Organization, Vec<Finding>) {
             lead: lead[i].map(|l| seats[l].handle.clone()),
             lead_inherited: inherited[i],
             seats: u.seats.iter().map(|&s| seats[s].handle.clone()).collect(),
+            token_budget: u.unit.token_budget,
         })
         .collect();
     let org = Organization {

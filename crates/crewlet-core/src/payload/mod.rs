@@ -17,8 +17,8 @@ pub mod turn;
 
 pub use turn::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted,
-    ToolActivated, ToolExecution, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
+    BudgetWarning, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
+    TaskStarted, ToolActivated, ToolExecution, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
 
 pub use task::{AskRef, CoalescedMessage, TaskPriority, TaskRequest, TaskSeat};

@@ -181,6 +181,20 @@ pub struct BudgetExhausted {
     pub max_tokens: u64,
 }
 
+/// `budget_warning`: a token budget reached its warning threshold
+/// (`budget_policy.warn_at` of its cap), once per budget period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetWarning {
+    /// `org`, `unit` or `agent`.
+    pub budget_type: String,
+    /// The ledger scope: `org`, `unit:{name}` or `agent:{agent id}`.
+    pub scope: String,
+    pub used_tokens: u64,
+    pub max_tokens: u64,
+    /// The fraction of the cap that warns.
+    pub warn_at: f64,
+}
+
 /// `llm_unavailable`: no provider of the chain could serve the phase.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LlmUnavailable {
@@ -253,6 +267,7 @@ bind! {
     TurnGuardBreach => TurnGuardBreach,
     ProviderFallback => ProviderFallback,
     BudgetExhausted => BudgetExhausted,
+    BudgetWarning => BudgetWarning,
     LlmUnavailable => LlmUnavailable,
     AgentTurnProgress => AgentTurnProgress,
     ToolSkillBlocked => ToolSkillBlocked,

@@ -407,6 +407,8 @@ fn company_profile(company: &Company) -> CompanyProfile {
         vision: company.vision.clone().unwrap_or_default(),
         policies: company.policies.clone(),
         token_budget: company.token_budget,
+        budget_period: company.budget_policy.period,
+        budget_warn_at: company.budget_policy.warn_at,
     }
 }
 

@@ -35,6 +35,11 @@ pub fn seat_profile(company: &Company, org: &Organization, seat: &Seat) -> SeatP
         .collect();
     p.unit_path = seat.unit_path.clone();
     p.token_budget = role.token_budget;
+    p.unit_budgets = org
+        .unit_budgets(seat)
+        .into_iter()
+        .map(|(unit, max)| crewlet_store::UnitCap { unit, max })
+        .collect();
     p.llm = role_llm(company, role);
     p
 }

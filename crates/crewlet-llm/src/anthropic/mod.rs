@@ -236,6 +236,10 @@ impl LlmProvider for AnthropicProvider {
         &self.model
     }
 
+    fn max_tokens(&self) -> Option<u32> {
+        Some(self.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS))
+    }
+
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         let answer = self.endpoint.send_json(&self.body(request, false)).await?;
         self.parse(&answer)

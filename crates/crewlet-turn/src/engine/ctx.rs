@@ -21,6 +21,8 @@ pub(super) struct TurnCtx<'a> {
     /// Every completion of the turn, charged or refused (the budget gate
     /// adds to it).
     pub usage: Mutex<Usage>,
+    /// Budget warnings the turn's charges claimed, not published yet.
+    pub budget_warnings: Mutex<Vec<crewlet_store::BudgetWarning>>,
 }
 
 /// What the turn has produced so far.

@@ -95,6 +95,7 @@ impl TurnEngine {
         started: Instant,
         ok: bool,
     ) {
+        self.report_budget_warnings(pc).await;
         let duration = started.elapsed();
         let model = stats
             .models

@@ -245,6 +245,7 @@ impl TurnEngine {
             span,
             state: Mutex::new(TurnState::default()),
             usage: Mutex::new(Usage::default()),
+            budget_warnings: Mutex::new(Vec::new()),
         };
         turn_span.record("turn_id", tracing::field::display(t.turn_id));
         self.report_task_started(&t).await;

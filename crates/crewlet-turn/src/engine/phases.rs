@@ -256,6 +256,7 @@ impl TurnEngine {
             trace: pc.span,
         };
         let observer = Progress { engine: self, pc };
+        let limits = BudgetLimits::of(&self.company, t.seat);
         let env = LoopEnv {
             provider,
             registry: &self.tools,
@@ -266,11 +267,9 @@ impl TurnEngine {
                 tracker: &self.usage,
                 agent_id: t.seat.agent_id,
                 agent_handle: &t.seat.handle,
-                limits: BudgetLimits {
-                    org_max: self.company.token_budget,
-                    agent_max: t.seat.token_budget,
-                },
+                limits: &limits,
                 turn_usage: Some(&t.usage),
+                warnings: Some(&t.budget_warnings),
                 patience: crewlet_store::Patience::at_most(self.settings.store_patience),
             },
             progress: Some(&observer),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use crewlet_core::payload::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed, TaskStarted,
-    ToolActivated, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
+    BudgetWarning, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
+    TaskStarted, ToolActivated, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
 use crewlet_core::{EventPayload, TraceContext};
 use crewlet_llm::{LlmError, LlmProvider, Usage};
@@ -169,6 +169,31 @@ impl TurnEngine {
         self.emit(pc.turn, pc.span, summary, &payload).await;
     }
 
+    /// Publishes the budget warnings the turn's charges claimed so far.
+    pub(super) async fn report_budget_warnings(&self, pc: &PhaseCtx<'_, '_>) {
+        let warnings = std::mem::take(&mut *pc.turn.budget_warnings.lock());
+        for w in warnings {
+            let budget_type = w.budget_type.as_str();
+            let payload = BudgetWarning {
+                budget_type: budget_type.to_owned(),
+                scope: w.scope.clone(),
+                used_tokens: w.used_tokens,
+                max_tokens: w.max_tokens,
+                warn_at: self.company.budget_warn_at,
+            };
+            tracing::warn!(agent = %pc.turn.seat.handle, scope = %w.scope, used = w.used_tokens,
+                max = w.max_tokens, "token budget reached its warning threshold");
+            let summary = format!(
+                "{} token budget at {} of {} ({:.0}%)",
+                w.scope,
+                w.used_tokens,
+                w.max_tokens,
+                percent(w.used_tokens, w.max_tokens)
+            );
+            self.emit(pc.turn, pc.span, summary, &payload).await;
+        }
+    }
+
     pub(super) async fn report_guard_breach(
         &self,
         t: &TurnCtx<'_>,
@@ -318,4 +343,15 @@ fn trigger_summary(trigger: &Trigger) -> TriggerSummary {
         delegation_depth: trigger.delegation_depth,
         summary,
     }
+}
+
+/// `used` as a percentage of `max` (0 for no cap).
+fn percent(used: u64, max: u64) -> f64 {
+    if max == 0 {
+        return 0.0;
+    }
+    // Display only.
+    #[allow(clippy::cast_precision_loss)]
+    let p = used as f64 * 100.0 / max as f64;
+    p
 }

@@ -276,9 +276,28 @@ pub async fn run_tool_loop<D>(
             tool_choice.clone()
         };
 
-        let completion = complete(env, &call, stats).await?;
+        let hold = env
+            .budget
+            .reserve(
+                crate::budget::prompt_bound(&call),
+                crate::budget::output_bound(&call, env.provider.max_tokens()),
+            )
+            .await?;
+        // A budget with less room than the call's usual cap: ask for less.
+        let asked = call.max_tokens;
+        if crate::budget::output_bound(&call, env.provider.max_tokens()) > hold.output_cap() {
+            call.max_tokens = Some(u32::try_from(hold.output_cap()).unwrap_or(u32::MAX));
+        }
+        let completion = match complete(env, &call, stats).await {
+            Ok(c) => c,
+            Err(e) => {
+                env.budget.release(hold).await;
+                return Err(e);
+            }
+        };
+        call.max_tokens = asked;
         stats.count(&completion);
-        env.budget.charge(&completion.usage).await?;
+        env.budget.settle(hold, &completion.usage).await?;
         rounds += 1;
         stats.rounds += 1;
 

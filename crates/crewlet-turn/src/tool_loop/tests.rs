@@ -160,6 +160,7 @@ async fn run_with(
         delegation_chain: Vec::new(),
         trace: TraceContext::new_root(),
     };
+    let limits = BudgetLimits::default();
     let env = LoopEnv {
         provider,
         registry: &registry,
@@ -170,8 +171,9 @@ async fn run_with(
             tracker: &tracker,
             agent_id,
             agent_handle: "a",
-            limits: BudgetLimits::default(),
+            limits: &limits,
             turn_usage: None,
+            warnings: None,
             patience: crewlet_store::Patience::at_most(std::time::Duration::ZERO),
         },
         progress: observer,
