@@ -17,6 +17,10 @@ pub enum AgentState {
     Created,
     Idle,
     Working,
+    /// A token budget the seat spends from is spent: its tasks wait in its
+    /// inbox until an operator raises the cap or resets the budget, or the
+    /// budget's period starts over.
+    Paused,
     Terminated,
 }
 

@@ -26,6 +26,9 @@ use uuid::Uuid;
 use crate::recent::RecentIds;
 use crate::task::TaskRequest;
 
+/// How often a paused seat asks the ledger whether its budget was lifted.
+const PAUSE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Inbox event ids a seat remembers having handled.
 const REMEMBERED_TASKS: usize = 4096;
 
@@ -40,6 +43,9 @@ pub enum SeatState {
     Idle,
     /// Running a turn.
     Working,
+    /// Waiting for a spent budget to be raised, reset or to start a new
+    /// period; its tasks wait in the inbox.
+    Paused,
     /// Stopped with the engine or removed from the company.
     Terminated,
 }
@@ -50,6 +56,7 @@ impl From<SeatState> for AgentState {
             SeatState::Created => AgentState::Created,
             SeatState::Idle => AgentState::Idle,
             SeatState::Working => AgentState::Working,
+            SeatState::Paused => AgentState::Paused,
             SeatState::Terminated => AgentState::Terminated,
         }
     }
@@ -62,6 +69,8 @@ pub(crate) struct SeatRuntime {
     pub profile: SeatProfile,
     status: Mutex<Status>,
     handled: RecentIds<Uuid>,
+    /// The budget refusal that paused the seat, until it is lifted.
+    paused: Mutex<Option<crewlet_store::BudgetRefusal>>,
 }
 
 struct Status {
@@ -79,6 +88,7 @@ impl SeatRuntime {
                 current: None,
             }),
             handled: RecentIds::new(REMEMBERED_TASKS),
+            paused: Mutex::new(None),
         }
     }
 
@@ -293,6 +303,67 @@ impl EventHandler for InboxHandler {
 }
 
 impl InboxHandler {
+    /// Holds the next task while the seat is paused by a spent budget,
+    /// checking the ledger every few seconds; the engine stopping puts the
+    /// task back in the inbox.
+    async fn wait_while_paused(&self) -> Result<(), HandlerError> {
+        let Some(refusal) = self.seat.paused.lock().clone() else {
+            return Ok(());
+        };
+        let scope = match refusal.budget_type {
+            crewlet_store::BudgetType::Org => crewlet_store::ORG_SCOPE.to_owned(),
+            crewlet_store::BudgetType::Unit => {
+                crewlet_store::unit_scope(refusal.unit.as_deref().unwrap_or_default())
+            }
+            crewlet_store::BudgetType::Agent => {
+                crewlet_store::agent_scope(&self.seat.seat.agent_id)
+            }
+        };
+        let period = self.runtime.turns.company().budget_period;
+        let mut logged = false;
+        loop {
+            let lifted = match self
+                .runtime
+                .stores
+                .ledger
+                .scope_rows(std::slice::from_ref(&scope))
+                .await
+            {
+                Ok(rows) => rows.first().is_none_or(|row| {
+                    let new_period = period
+                        .window(Utc::now())
+                        .is_some_and(|w| row.period_start.is_none_or(|s| s < w));
+                    // A reset clears the refusal; a new period starts over.
+                    row.refused_at.is_none() || new_period
+                }),
+                Err(e) => {
+                    debug!(agent = %self.seat.seat.handle, error = %e, "cannot read the budget ledger; the seat stays paused");
+                    false
+                }
+            };
+            if lifted {
+                *self.seat.paused.lock() = None;
+                self.seat.set_state(SeatState::Idle);
+                tracing::info!(agent = %self.seat.seat.handle, scope, "budget lifted; the seat takes work again");
+                return Ok(());
+            }
+            if !logged {
+                self.seat.set_state(SeatState::Paused);
+                logged = true;
+            }
+            let drain = self.runtime.drain_started.notified();
+            tokio::pin!(drain);
+            drain.as_mut().enable();
+            if self.runtime.is_draining() {
+                return Err(stopping());
+            }
+            tokio::select! {
+                () = tokio::time::sleep(PAUSE_POLL) => {}
+                () = &mut drain => return Err(stopping()),
+            }
+        }
+    }
+
     /// Runs the task an inbox message carries: its outcome, or `None`
     /// when no turn ran (a repeat, not a task, unreadable).
     async fn run_task(
@@ -333,6 +404,10 @@ impl InboxHandler {
                 "the database is unavailable; the task stays in the inbox: {e}"
             )));
         }
+
+        // A spent budget pauses the seat: its tasks wait until the budget
+        // is reset, raised (a new revision) or starts a new period.
+        self.wait_while_paused().await?;
 
         // The global cap: wait for a slot, unless the engine starts stopping.
         let permit = {
@@ -390,6 +465,20 @@ impl InboxHandler {
             return Err(HandlerError::new(
                 "the database became unavailable during the turn; the task will run again",
             ));
+        }
+        if let Some(crewlet_turn::TurnFailure {
+            reason: crewlet_turn::FailureReason::BudgetExhausted(refusal),
+            ..
+        }) = &outcome.failure
+        {
+            warn!(
+                agent = handle,
+                budget = refusal.budget_type.as_str(),
+                used = refusal.used_tokens,
+                max = refusal.max_tokens,
+                "token budget spent; the seat pauses until it is raised or reset"
+            );
+            *self.seat.paused.lock() = Some(refusal.clone());
         }
         if let (Some(asks), Some(ask)) = (&self.runtime.asks, &request.ask) {
             asks.answered(handle, ask, &outcome).await;

@@ -1,7 +1,7 @@
 //! `/events`, `/events/{id}`, `/events/trace/{trace_id}`,
-//! `/tokens/breakdown`, `/budgets`.
+//! `/tokens/breakdown`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -10,11 +10,10 @@ use chrono::{DateTime, Utc};
 use crewlet_config::Organization;
 use crewlet_core::{Category, Event, EventType, TraceId};
 use crewlet_store::{
-    BreakdownQuery, BudgetRow, Cursor, DEFAULT_RECENT_TURNS, EventPage, EventQuery,
-    MAX_BREAKDOWN_DAYS, MAX_TURNS_IN_BREAKDOWN, TokenBreakdown, UsageRow, agent_scope,
+    BreakdownQuery, Cursor, DEFAULT_RECENT_TURNS, EventPage, EventQuery, MAX_BREAKDOWN_DAYS,
+    MAX_TURNS_IN_BREAKDOWN, TokenBreakdown,
 };
 use serde::{Deserialize, Serialize};
-use tracing::warn;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -74,55 +73,6 @@ pub struct TraceEvents {
     /// Oldest first, at most 500.
     #[schema(value_type = Vec<EventSchema>)]
     pub events: Vec<Event>,
-}
-
-/// One budget of `GET /budgets`: the configured cap and the durable counter.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BudgetScope {
-    /// The cap in the active company; 0 = unlimited.
-    pub max_tokens: u64,
-    /// Tokens charged against it (the shared ledger the engine enforces).
-    pub durable_used: u64,
-    /// When the counter last moved (RFC 3339), empty if never.
-    pub durable_updated_at: String,
-    /// The engine run's own meter: always `null` here, the ledger is the
-    /// only counter this engine keeps.
-    #[schema(value_type = Option<u64>)]
-    pub live_used: Option<u64>,
-    #[schema(value_type = Option<u64>)]
-    pub live_max: Option<u64>,
-    /// When a charge was last refused (RFC 3339), empty if none: that, not
-    /// `used >= max`, is what exhausted means.
-    pub refused_at: String,
-}
-
-/// One agent seat's budget.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SeatBudget {
-    pub agent_id: String,
-    /// The seat's name.
-    pub role: String,
-    pub handle: String,
-    #[serde(flatten)]
-    pub budget: BudgetScope,
-}
-
-/// `GET /budgets`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Budgets {
-    /// False when the ledger could not be read: the zeros below are then
-    /// unknown, not nothing spent.
-    pub durable: bool,
-    pub org: BudgetScope,
-    /// Every agent seat of the active company (human seats have no budget),
-    /// most spent first.
-    pub seats: Vec<SeatBudget>,
-    /// Ours: the ledger rows, `org` first, then `agent:{id}`.
-    #[schema(value_type = Vec<Object>)]
-    pub budgets: Vec<BudgetRow>,
-    /// Ours: lifetime tokens per agent handle.
-    #[schema(value_type = Vec<Object>)]
-    pub usage: Vec<UsageRow>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -353,77 +303,4 @@ pub async fn token_breakdown(
         t.handle = seat_handle(org.as_deref(), &t.agent_id, &t.role);
     }
     Ok(Json(b))
-}
-
-fn stamp(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, false)
-}
-
-fn scope_of(max_tokens: u64, row: Option<&BudgetRow>) -> BudgetScope {
-    BudgetScope {
-        max_tokens,
-        durable_used: row.map_or(0, |r| r.used_tokens),
-        durable_updated_at: row.map(|r| stamp(r.updated_at)).unwrap_or_default(),
-        live_used: None,
-        live_max: None,
-        refused_at: row
-            .and_then(|r| r.refused_at)
-            .map(stamp)
-            .unwrap_or_default(),
-    }
-}
-
-/// Caps from the active company, what the ledger has charged against them,
-/// and when each last refused a charge. A ledger that cannot be read is
-/// `durable: false`, not an error.
-#[utoipa::path(get, path = "/budgets", tag = "tokens",
-    responses((status = 200, body = Budgets), (status = 401, body = ErrorBody)),
-    security((), ("bearer" = [])))]
-pub async fn budgets(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<Json<Budgets>> {
-    let ledger = &state.inner().stores.ledger;
-    let (rows, usage, durable) = match futures::try_join!(ledger.budgets(), ledger.usage()) {
-        Ok((rows, usage)) => (rows, usage, true),
-        Err(e) => {
-            warn!(error = %e, "cannot read the token ledger for GET /budgets");
-            (Vec::new(), Vec::new(), false)
-        }
-    };
-    let by_scope: HashMap<&str, &BudgetRow> = rows.iter().map(|r| (r.scope.as_str(), r)).collect();
-    let snapshot = state.snapshot();
-    let org_row = by_scope.get(crewlet_store::ORG_SCOPE).copied();
-    let org_cap = snapshot
-        .as_ref()
-        .map(|s| s.company.token_budget)
-        .or_else(|| org_row.map(|r| r.max_tokens))
-        .unwrap_or(0);
-    let organization = state.view().and_then(|v| v.organization());
-    let mut seats: Vec<SeatBudget> = organization
-        .as_deref()
-        .map(|o| {
-            o.agents()
-                .map(|seat| {
-                    let row = by_scope.get(agent_scope(&seat.agent_id).as_str()).copied();
-                    SeatBudget {
-                        agent_id: seat.agent_id.to_string(),
-                        role: seat.name.clone(),
-                        handle: seat.handle.clone(),
-                        budget: scope_of(seat.role.token_budget, row),
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    seats.sort_by(|a, b| {
-        b.budget
-            .durable_used
-            .cmp(&a.budget.durable_used)
-            .then_with(|| a.role.cmp(&b.role))
-    });
-    Ok(Json(Budgets {
-        durable,
-        org: scope_of(org_cap, org_row),
-        seats,
-        budgets: rows,
-        usage,
-    }))
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod agents;
 pub(crate) mod body;
+pub(crate) mod budgets;
 pub(crate) mod config;
 pub(crate) mod dashboard;
 pub(crate) mod events;
@@ -95,7 +96,8 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(events::event))
         .routes(routes!(events::trace))
         .routes(routes!(events::token_breakdown))
-        .routes(routes!(events::budgets))
+        .routes(routes!(budgets::budgets))
+        .routes(routes!(budgets::reset_budget))
         .routes(routes!(stream::snapshot))
         .routes(routes!(schedules::schedules))
         .routes(routes!(config::get_config, config::put_config))

@@ -162,6 +162,11 @@ impl TurnEngine {
         &self.tools
     }
 
+    /// The company as the turns see it (its budgets and their policy).
+    pub fn company(&self) -> &CompanyProfile {
+        &self.company
+    }
+
     pub fn settings(&self) -> &TurnSettings {
         &self.settings
     }
