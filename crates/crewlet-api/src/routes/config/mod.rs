@@ -13,13 +13,15 @@
 //! /config`), `precondition` (`If-Match`), `checks` (validation and the
 //! `security` block), `write` (a new revision: checked, stored, activated),
 //! `activation` (what follows a new active revision), `revisions`
-//! (listing, one revision, audit), `revert` (revert and activate) and
-//! `diff` (the structural diff). Here: naming a revision and its `ETag`.
+//! (listing, one revision, audit), `revert` (revert and activate), `diff`
+//! (the structural diff) and `entities` (the per-entity routes, which
+//! write through `write` too). Here: naming a revision and its `ETag`.
 
 mod activation;
 mod checks;
 mod company;
 mod diff;
+pub(crate) mod entities;
 mod input;
 mod precondition;
 mod records;
