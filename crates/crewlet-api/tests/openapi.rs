@@ -27,6 +27,37 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/config/revisions/{id}/diff"),
     ("post", "/config/revisions/{id}/revert"),
     ("post", "/config/revisions/{id}/activate"),
+    ("get", "/config/identity"),
+    ("put", "/config/identity"),
+    ("get", "/config/turn-engine"),
+    ("put", "/config/turn-engine"),
+    ("get", "/config/learning"),
+    ("put", "/config/learning"),
+    ("get", "/config/embeddings"),
+    ("put", "/config/embeddings"),
+    ("get", "/config/llm-providers"),
+    ("get", "/config/llm-providers/{key}"),
+    ("put", "/config/llm-providers/{key}"),
+    ("delete", "/config/llm-providers/{key}"),
+    ("get", "/config/integrations"),
+    ("get", "/config/integrations/{kind}"),
+    ("put", "/config/integrations/{kind}"),
+    ("delete", "/config/integrations/{kind}"),
+    ("get", "/config/mcp-servers"),
+    ("post", "/config/mcp-servers"),
+    ("get", "/config/mcp-servers/{name}"),
+    ("put", "/config/mcp-servers/{name}"),
+    ("delete", "/config/mcp-servers/{name}"),
+    ("get", "/config/roles"),
+    ("post", "/config/roles"),
+    ("get", "/config/roles/{handle}"),
+    ("put", "/config/roles/{handle}"),
+    ("delete", "/config/roles/{handle}"),
+    ("get", "/config/units"),
+    ("post", "/config/units"),
+    ("get", "/config/units/{name}"),
+    ("put", "/config/units/{name}"),
+    ("delete", "/config/units/{name}"),
     ("post", "/webhooks/slack/{handle}"),
     ("post", "/webhooks/github"),
     ("post", "/webhooks/github/{handle}"),
@@ -101,7 +132,10 @@ async fn every_documented_route_is_served() {
         let concrete = path
             .replace("{id}", "1")
             .replace("{trace_id}", "0af7651916cd43dd8448eb211c80319c")
-            .replace("{handle}", "x");
+            .replace("{handle}", "x")
+            .replace("{name}", "x")
+            .replace("{key}", "x")
+            .replace("{kind}", "slack");
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let r = http
             .request(m, format!("{base}{concrete}"))

@@ -177,6 +177,12 @@ async fn config_needs_the_admin_scope_and_no_token_stays_401() {
             s.http.get(url("/config")),
             s.http.get(url("/config/revisions")),
             s.http.post(url("/config/revisions/1/activate")),
+            s.http.get(url("/config/roles")),
+            s.http.get(url("/config/llm-providers/main")),
+            s.http
+                .put(url("/config/identity"))
+                .json(&serde_json::json!({"mission": "m"})),
+            s.http.delete(url("/config/units/Engineering")),
         ] {
             let (status, body) = s.send(req, Some(token)).await;
             assert_eq!(status, 403, "{body}");

@@ -30,6 +30,7 @@ use utoipa_axum::routes;
 use crewlet_integrations::RawWebhook;
 
 use crate::error::{ErrorBody, HttpError, ProblemSchema};
+use crate::routes::config::entities as entity;
 use crate::state::ApiState;
 
 /// The document's fixed parts; paths are added by the router.
@@ -107,6 +108,55 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(config::diff))
         .routes(routes!(config::revert))
         .routes(routes!(config::activate))
+        .routes(routes!(
+            entity::identity::get_identity,
+            entity::identity::put_identity
+        ))
+        .routes(routes!(
+            entity::sections::get_turn_engine,
+            entity::sections::put_turn_engine
+        ))
+        .routes(routes!(
+            entity::sections::get_learning,
+            entity::sections::put_learning
+        ))
+        .routes(routes!(
+            entity::sections::get_embeddings,
+            entity::sections::put_embeddings
+        ))
+        .routes(routes!(entity::providers::list_llm_providers))
+        .routes(routes!(
+            entity::providers::get_llm_provider,
+            entity::providers::put_llm_provider,
+            entity::providers::delete_llm_provider
+        ))
+        .routes(routes!(entity::integrations::list_integrations))
+        .routes(routes!(
+            entity::integrations::get_integration,
+            entity::integrations::put_integration,
+            entity::integrations::delete_integration
+        ))
+        .routes(routes!(
+            entity::mcp_servers::list_mcp_servers,
+            entity::mcp_servers::post_mcp_server
+        ))
+        .routes(routes!(
+            entity::mcp_servers::get_mcp_server,
+            entity::mcp_servers::put_mcp_server,
+            entity::mcp_servers::delete_mcp_server
+        ))
+        .routes(routes!(entity::roles::list_roles, entity::roles::post_role))
+        .routes(routes!(
+            entity::roles::get_role,
+            entity::roles::put_role,
+            entity::roles::delete_role
+        ))
+        .routes(routes!(entity::units::list_units, entity::units::post_unit))
+        .routes(routes!(
+            entity::units::get_unit,
+            entity::units::put_unit,
+            entity::units::delete_unit
+        ))
         .routes(routes!(webhooks::slack_hook))
         .routes(routes!(webhooks::github_hook))
         .routes(routes!(webhooks::github_hook_for_seat))
@@ -193,7 +243,13 @@ pub(crate) fn cors(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(origin)
-            .allow_methods([Method::GET, Method::PUT, Method::POST, Method::OPTIONS])
+            .allow_methods([
+                Method::GET,
+                Method::PUT,
+                Method::POST,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
             .allow_headers([
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,

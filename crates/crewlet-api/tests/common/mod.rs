@@ -2,6 +2,8 @@
 //! memory stores, a recorder of everything published, and request signers.
 #![allow(dead_code)]
 
+pub mod entities;
+
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;

@@ -9,32 +9,16 @@ use axum::Json;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use crewlet_config::check_company;
-use crewlet_store::NewRevision;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::activation::activated;
-use super::checks::{check_policy, validation_error};
-use super::precondition::{check_precondition, if_match, lost_race};
+use super::input::{BODY_SOURCE, parse_mapping, read_text};
+use super::precondition::{check_precondition, if_match};
 use super::records::RevisionRecord;
+use super::write::{Provenance, checked_company, clip, commit, created, header_summary};
 use super::{no_active_revision, with_etag};
 use crate::auth::AdminAccess;
 use crate::error::{ErrorBody, HttpError, HttpResult};
-use crate::routes::body;
 use crate::state::ApiState;
-
-/// Where a PUT body comes from, in problems.
-const BODY_SOURCE: &str = "request body";
-/// Longest summary kept.
-const MAX_SUMMARY: usize = 500;
-/// Body types `PUT /config` reads (YAML, or JSON which is YAML too).
-const BODY_TYPES: [&str; 5] = [
-    "application/yaml",
-    "application/x-yaml",
-    "text/yaml",
-    "text/x-yaml",
-    "application/json",
-];
 
 fn wants_yaml(headers: &HeaderMap, query: &HashMap<String, String>) -> bool {
     if let Some(format) = query.get("format") {
@@ -46,17 +30,6 @@ fn wants_yaml(headers: &HeaderMap, query: &HashMap<String, String>) -> bool {
         .is_some_and(|v| v.to_ascii_lowercase().contains("yaml"))
 }
 
-fn clip(text: &str) -> String {
-    text.trim().chars().take(MAX_SUMMARY).collect()
-}
-
-pub(super) fn header_summary(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get("x-summary")
-        .map(|v| clip(&String::from_utf8_lossy(v.as_bytes())))
-        .filter(|s| !s.is_empty())
-}
-
 fn summary_required() -> HttpError {
     HttpError::new(
         StatusCode::BAD_REQUEST,
@@ -64,46 +37,6 @@ fn summary_required() -> HttpError {
         "PUT /config needs a summary of the change",
     )
     .hint("Full-doc PUT /config requires an audit summary. Pass it in the 'X-Summary' header or a top-level '_summary' key in the body.")
-}
-
-fn invalid_body(reason: impl Into<String>) -> HttpError {
-    let reason = reason.into();
-    HttpError::new(StatusCode::BAD_REQUEST, "invalid_body", reason.clone()).detail(reason)
-}
-
-/// `Content-Type` must be one of [`BODY_TYPES`] (parameters such as
-/// `charset` are ignored), else 415. A body without one is read as YAML.
-fn check_content_type(headers: &HeaderMap) -> HttpResult<()> {
-    let unsupported = |what: String| {
-        HttpError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            format!(
-                "{what}; PUT /config reads a company as YAML or JSON: send Content-Type {}",
-                BODY_TYPES.join(", ")
-            ),
-        )
-    };
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let text = value
-        .to_str()
-        .map_err(|_| unsupported("Content-Type is not text".into()))?;
-    let essence = text
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if BODY_TYPES.contains(&essence.as_str()) {
-        Ok(())
-    } else {
-        let shown: String = essence.chars().take(100).collect();
-        Err(unsupported(format!(
-            "Content-Type `{shown}` is not accepted"
-        )))
-    }
 }
 
 /// The active company revision: JSON by default, YAML with `?format=yaml`
@@ -153,25 +86,6 @@ pub async fn get_config(
     Ok(with_etag(response, &active))
 }
 
-/// The body of a `PUT /config` as a mapping, parsed as YAML (JSON is YAML).
-fn parse_body(text: &str) -> HttpResult<Map<String, Value>> {
-    if text.trim().is_empty() {
-        return Err(invalid_body("empty request body"));
-    }
-    match serde_saphyr::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(invalid_body("request body must be a mapping")),
-        // The company checker locates the syntax error (line, column).
-        Err(e) => {
-            let mut err = invalid_body(format!("the request body is not YAML or JSON: {e}"));
-            if let Err(problems) = check_company(BODY_SOURCE, text) {
-                err = err.with_problems(problems);
-            }
-            Err(err)
-        }
-    }
-}
-
 /// Replaces the company. The summary is required: `X-Summary`, or a
 /// top-level `_summary` key in the body (removed before validation). The
 /// body (YAML or JSON) is validated, checked against Tier A's `security`
@@ -201,21 +115,10 @@ pub async fn put_config(
     State(state): State<ApiState>,
     request: Request,
 ) -> HttpResult<Response> {
-    let (parts, raw) = request.into_parts();
-    check_content_type(&parts.headers)?;
-    let limits = state.inner().limits;
-    let bytes = body::read(
-        &parts.headers,
-        raw,
-        limits.config_body_limit,
-        limits.body_timeout,
-    )
-    .await?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| invalid_body("the request body is not UTF-8 text"))?;
-    let mut map = parse_body(text)?;
+    let (headers, text) = read_text(&state, request).await?;
+    let mut map = parse_mapping(&text)?;
     let body_summary = map.remove("_summary");
-    let summary = header_summary(&parts.headers)
+    let summary = header_summary(&headers)
         .or_else(|| {
             body_summary
                 .as_ref()
@@ -224,10 +127,9 @@ pub async fn put_config(
                 .filter(|s| !s.is_empty())
         })
         .ok_or_else(summary_required)?;
-    let wanted = if_match(&parts.headers);
+    let wanted = if_match(&headers);
     let your_base = wanted.as_ref().map(|(_, raw)| raw.clone());
-    let configs = &state.inner().stores.config;
-    let active = configs.active().await?;
+    let active = state.inner().stores.config.active().await?;
     check_precondition(wanted, active.as_ref())?;
     // Without `_summary` the text is validated as sent, so problems carry
     // its lines; with it, the mapping without the key is (as JSON).
@@ -242,36 +144,15 @@ pub async fn put_config(
         })?;
         stripped.as_str()
     } else {
-        text
+        text.as_str()
     };
-    let company = check_company(BODY_SOURCE, checked)
-        .map(|(c, _)| c)
-        .map_err(validation_error)?;
-    check_policy(&state, BODY_SOURCE, Some(checked), &company)?;
-    let payload = serde_json::to_value(&company).map_err(|e| {
-        HttpError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "serialize_error",
-            e.to_string(),
-        )
-    })?;
-    let created = configs
-        .create(NewRevision {
-            parent_revision_id: active.as_ref().map(|r| r.revision_id),
-            created_by: caller.name(),
-            source: "api".into(),
-            summary,
-            payload,
-            activate: true,
-        })
-        .await;
-    let revision = match created {
-        Ok(r) => r,
-        Err(e) => return Err(lost_race(&state, e, your_base).await),
+    let company = checked_company(&state, BODY_SOURCE, checked)?;
+    let provenance = Provenance {
+        summary,
+        origin: "api",
+        base: active.as_ref(),
+        your_base,
     };
-    activated(&state, &revision, &caller).await;
-    Ok(with_etag(
-        (StatusCode::CREATED, Json(RevisionRecord::from(&revision))).into_response(),
-        &revision,
-    ))
+    let revision = commit(&state, &caller, &company, provenance).await?;
+    Ok(created(&revision))
 }

@@ -9,20 +9,25 @@
 //! `not_allowed` and nothing changes.
 //!
 //! One file a concept: `records` (what a revision looks like on the
-//! wire), `company` (`GET` / `PUT /config`), `precondition`
-//! (`If-Match`), `checks` (validation and the `security` block),
+//! wire), `input` (reading a YAML or JSON body), `company` (`GET` / `PUT
+//! /config`), `precondition` (`If-Match`), `checks` (validation and the
+//! `security` block), `write` (a new revision: checked, stored, activated),
 //! `activation` (what follows a new active revision), `revisions`
-//! (listing, one revision, audit), `revert` (revert and activate) and
-//! `diff` (the structural diff). Here: naming a revision and its `ETag`.
+//! (listing, one revision, audit), `revert` (revert and activate), `diff`
+//! (the structural diff) and `entities` (the per-entity routes, which
+//! write through `write` too). Here: naming a revision and its `ETag`.
 
 mod activation;
 mod checks;
 mod company;
 mod diff;
+pub(crate) mod entities;
+mod input;
 mod precondition;
 mod records;
 mod revert;
 mod revisions;
+mod write;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;

@@ -10,9 +10,9 @@ use crewlet_store::{ConfigRevision, StoreError};
 
 use super::activation::activated;
 use super::checks::stored_company;
-use super::company::header_summary;
 use super::precondition::{check_precondition, if_match};
 use super::records::RevisionRecord;
+use super::write::header_summary;
 use super::{find, revision_not_found, revision_ref, with_etag};
 use crate::auth::{AdminAccess, Caller};
 use crate::error::{ErrorBody, HttpError, HttpResult};

@@ -1,0 +1,82 @@
+//! `/config/identity`: the company's `name`, `mission`, `vision` and
+//! `policies`.
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use serde_json::{Map, Value};
+
+use super::super::records::RevisionRecord;
+use super::{Edit, active_document, apply, body_problem, read_body};
+use crate::auth::AdminAccess;
+use crate::error::{ErrorBody, HttpResult};
+use crate::state::ApiState;
+
+const FIELDS: [&str; 4] = ["name", "mission", "vision", "policies"];
+
+/// The company's identity: `name`, `mission` and `vision` (when set),
+/// `policies`.
+#[utoipa::path(get, path = "/config/identity", tag = "config",
+    responses(
+        (status = 200, description = "`{name, mission?, vision?, policies}`", body = Object),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody),
+        (status = 404, description = "`no_active_revision`", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_identity(
+    _: AdminAccess,
+    State(state): State<ApiState>,
+) -> HttpResult<Json<Value>> {
+    let doc = active_document(&state).await?;
+    let identity: Map<String, Value> = FIELDS
+        .iter()
+        .filter_map(|k| doc.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+    Ok(Json(Value::Object(identity)))
+}
+
+/// Sets the identity keys the body has (the others stay; `null` unsets
+/// `mission` or `vision`). Any other key is refused.
+#[utoipa::path(put, path = "/config/identity", tag = "config",
+    request_body(description = "some of `name`, `mission`, `vision`, `policies`, YAML or JSON", content(
+        (Object = "application/json"), (String = "application/yaml"))),
+    params(
+        ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
+        ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: generated, e.g. `Updated identity (mission, vision)`)")),
+    responses(
+        (status = 201, description = "stored and active", body = RevisionRecord,
+            headers(("ETag" = String, description = "the new revision id, quoted"))),
+        (status = 400, description = "`invalid_body`; `validation_error` (a key that is not identity, or the company's problems, located)", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "the token lacks the `admin` scope", body = ErrorBody),
+        (status = 409, description = "`company_not_initialised`; `revision_advanced`", body = ErrorBody),
+        (status = 413, description = "the body is over 1 MiB", body = ErrorBody),
+        (status = 415, description = "Content-Type is not YAML or JSON", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn put_identity(
+    AdminAccess(caller): AdminAccess,
+    State(state): State<ApiState>,
+    request: Request,
+) -> HttpResult<Response> {
+    let (headers, body) = read_body(&state, request).await?;
+    if let Some(other) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(body_problem(
+            other,
+            format!(
+                "`{other}` is not part of the identity ({}); PUT /config changes the rest",
+                FIELDS.join(", ")
+            ),
+        ));
+    }
+    apply(&state, &caller, &headers, |doc| {
+        let mut changed = Vec::new();
+        for (k, v) in body {
+            if doc.get(&k) != Some(&v) {
+                changed.push(k.clone());
+            }
+            doc.insert(k, v);
+        }
+        Ok(Edit::new(super::updated("identity", &changed)))
+    })
+    .await
+}
