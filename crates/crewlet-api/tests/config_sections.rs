@@ -337,3 +337,64 @@ async fn writes_need_a_company_and_a_token() {
     assert_eq!(revision_count(&h).await, 0);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn budgets_are_set_read_and_reset_through_the_api() {
+    let h = Harness::start().await;
+    let r = put(
+        &h,
+        "/config/budgets",
+        json!({"token_budget": 1000, "budget_policy": {"period": "daily", "warn_at": 0.5}}),
+    )
+    .await;
+    assert_written(&h, &r, "Updated budgets (token_budget, budget_policy)").await;
+    assert_eq!(
+        get(&h, "/config/budgets").await.1,
+        json!({"token_budget": 1000, "budget_policy": {"period": "daily", "warn_at": 0.5}})
+    );
+    let before = revision_count(&h).await;
+    let r = put(
+        &h,
+        "/config/budgets",
+        json!({"budget_policy": {"period": "hourly"}}),
+    )
+    .await;
+    assert_refused(&h, &r, "validation_error", "budget_policy.period", before).await;
+    let r = put(&h, "/config/budgets", json!({"roles": []})).await;
+    assert_refused(&h, &r, "validation_error", "roles", before).await;
+
+    // 600 of 1000 charged this period: past the 50% warning; then refused.
+    let window = crewlet_core::BudgetPeriod::Daily.window(chrono::Utc::now());
+    let agent = crewlet_core::AgentId::for_seat("Test Co", "nobody");
+    let mut charge = crewlet_store::BudgetCharge::new(agent, "nobody", 600, 1000, 0);
+    charge.window = window;
+    let ledger = &h.stores.ledger;
+    assert_eq!(
+        ledger.charge(&charge).await.ok(),
+        Some(crewlet_store::ChargeOutcome::Charged)
+    );
+    let (status, b) = get(&h, "/budgets").await;
+    assert_eq!(status, 200);
+    assert_eq!(b["org"]["durable_used"], 600);
+    assert_eq!(b["org"]["max_tokens"], 1000);
+    assert_eq!(b["org"]["period"], "daily");
+    assert_eq!(b["org"]["state"], "warning", "{b}");
+    assert_eq!(b["org"]["reserved_tokens"], 0);
+    assert!(matches!(
+        ledger.charge(&charge).await.ok(),
+        Some(crewlet_store::ChargeOutcome::Refused(_))
+    ));
+    assert_eq!(get(&h, "/budgets").await.1["org"]["state"], "exhausted");
+
+    // Reset: admin only; an unknown scope is 404.
+    let (status, _) = call(&h, Method::POST, "/budgets/org/reset", None).await;
+    assert_eq!(status, 200);
+    let b = get(&h, "/budgets").await.1;
+    assert_eq!(
+        (b["org"]["durable_used"].clone(), b["org"]["state"].clone()),
+        (json!(0), json!("ok"))
+    );
+    let (status, e) = call(&h, Method::POST, "/budgets/nobody-here/reset", None).await;
+    assert_eq!(status, 404, "{e}");
+    h.stop().await;
+}

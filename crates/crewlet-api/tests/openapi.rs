@@ -70,6 +70,9 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/webhooks/confluence"),
     ("post", "/webhooks/confluence/{handle}"),
     ("get", "/openapi.json"),
+    ("post", "/budgets/{scope}/reset"),
+    ("get", "/config/budgets"),
+    ("put", "/config/budgets"),
 ];
 
 fn committed() -> String {

@@ -109,6 +109,10 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(config::revert))
         .routes(routes!(config::activate))
         .routes(routes!(
+            entity::budgets::get_budgets,
+            entity::budgets::put_budgets
+        ))
+        .routes(routes!(
             entity::identity::get_identity,
             entity::identity::put_identity
         ))

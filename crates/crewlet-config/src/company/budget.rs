@@ -36,10 +36,12 @@ impl Default for BudgetPolicy {
 
 pub use crewlet_core::BudgetPeriod;
 
-/// The JSON schema of [`BudgetPeriod`] (the type itself lives in
-/// `crewlet-core`, where the ledger and the turn engine use it).
+// The JSON schema of `BudgetPeriod` (the type itself lives in
+// `crewlet-core`, where the ledger and the turn engine use it).
+/// The window a token budget counts in.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "BudgetPeriod")]
 #[allow(dead_code)]
 enum PeriodSchema {
     /// Until reset.

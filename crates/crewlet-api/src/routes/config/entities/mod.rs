@@ -12,6 +12,7 @@
 //! (turn engine, learning, embeddings), `providers`, `integrations`,
 //! `mcp_servers`, `roles`, `units`; `tree` finds roles and units.
 
+pub(crate) mod budgets;
 pub(crate) mod identity;
 pub(crate) mod integrations;
 pub(crate) mod mcp_servers;
