@@ -12,10 +12,15 @@
 //!    answers 503 meanwhile.
 //! 3. Bind the embedded API (a port already taken fails here, naming it),
 //!    then boot the engine and serve.
-//! 4. A newly activated revision (through the API, or seen by polling the
-//!    store every few seconds) restarts the engine on it: running turns
-//!    finish first. A revision Tier A's `security` refuses (stored by another
-//!    process) is logged and not run; at boot it is an error.
+//! 4. A newly activated revision (told by the embedded API, nudged by the
+//!    `config_revision_activated` event any process publishes, or seen by
+//!    polling the store every few seconds: the store is the source of
+//!    truth) is applied without a restart: the next engine boots beside the
+//!    running one and takes each seat over when it runs no turn
+//!    ([`crate::engine`]'s `handover`). A revision that fails to apply
+//!    leaves the previous one running. A revision Tier A's `security`
+//!    refuses (stored by another process) is logged and not run; at boot
+//!    it is an error.
 //!
 //! The company's `${VAR}` are expanded only from the variables
 //! `security.company_env` allows, in the engine and in the embedded API.
@@ -185,13 +190,26 @@ async fn next_revision(
     slot: &EngineSlot,
     security: &Security,
     current: Option<RevisionKey>,
+    nudges: &mut Option<crewlet_queue::EventStream>,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Wake {
     let mut refused: Option<RevisionKey> = None;
     loop {
+        let nudge = async {
+            match nudges.as_mut() {
+                Some(stream) => {
+                    if stream.recv().await.is_none() {
+                        // The stream ended (the queue shuts down): poll only.
+                        *nudges = None;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = &mut *shutdown => return Wake::Shutdown,
             () = slot.activated.notified() => {}
+            () = nudge => {}
             () = tokio::time::sleep(REVISION_POLL) => {}
         }
         // The key first: the company itself is read only when it changed.
@@ -356,34 +374,70 @@ async fn serve(
             "no company revision is active yet: the engine waits for one (`crewlet run --import-company FILE`, `crewlet config import FILE`, or PUT /config); /ready answers 503 until then"
         );
     }
+    // The company-wide nudge: every activation (by any process) publishes
+    // `config_revision_activated`; the store stays the source of truth
+    // (a missed nudge costs one poll).
+    let mut nudges = match backends
+        .queue
+        .subscribe_stream(&crewlet_queue::topics::events(
+            &crewlet_core::EventType::ConfigRevisionActivated,
+        ))
+        .await
+    {
+        Ok(stream) => Some(stream),
+        Err(e) => {
+            warn!(error = %e, "cannot follow config activations on the queue; polling the store only");
+            None
+        }
+    };
     let mut result = Ok(());
-    let mut engine_started_once = false;
+    let mut engine: Option<Engine> = None;
+    // The revision the loop last acted on (the running one, or one that
+    // failed to apply: not retried until another is activated).
+    let mut seen: Option<RevisionKey> = None;
+    let mut retiring: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     loop {
-        let mut engine = None;
-        let mut running = None;
         if let Some((company, rev)) = current.take() {
             // A new revision is when a running process picks up secrets
             // set since it started (`crewlet secrets set` says so).
-            if engine_started_once && let Err(e) = secrets.reload().await {
+            if engine.is_some()
+                && let Err(e) = secrets.reload().await
+            {
                 warn!(error = %e, "cannot read the secret store; keeping the secrets loaded before");
             }
-            engine_started_once = true;
-            let builder = EngineBuilder::new(company, backends)
+            seen = Some((rev.revision_id, rev.activated_at));
+            let mut builder = EngineBuilder::new(company, backends)
                 .revision(Some(rev.revision_id))
                 .options(engine_options.clone());
-            let builder = match &memory {
-                Some(m) => builder.memory(m.clone()),
-                None => builder,
-            };
+            if let Some(m) = &memory {
+                builder = builder.memory(m.clone());
+            }
+            if let Some(running) = &engine {
+                info!(
+                    from = running.revision().unwrap_or_default(),
+                    to = rev.revision_id,
+                    "a new company revision is active; applying it without a restart"
+                );
+                builder = builder.taking_over(running.clone());
+            }
             match builder.start().await {
-                Ok(e) => {
-                    slot.set(Some(e.clone()));
+                Ok(next) => {
+                    if let Some(previous) = engine.take() {
+                        // Seats move to `next` as they finish their turns.
+                        previous.begin_retire();
+                        let org = next.organization().clone();
+                        retiring.retain(|t| !t.is_finished());
+                        retiring.push(tokio::spawn(async move { previous.retire(&org).await }));
+                    }
+                    slot.set(Some(next.clone()));
                     // The API shares the engine's company from now on.
                     if let Some(api) = &api_state {
                         api.reload_company().await;
                     }
-                    running = Some((rev.revision_id, rev.activated_at));
-                    engine = Some(e);
+                    engine = Some(next);
+                }
+                Err(e) if engine.is_some() => {
+                    error!(error = %e, revision_id = rev.revision_id, "the new company revision could not be applied; the engine keeps running the previous one");
                 }
                 Err(e) => {
                     error!(error = %e, revision_id = rev.revision_id, "the engine could not start on this revision");
@@ -392,20 +446,19 @@ async fn serve(
                 }
             }
         }
-        let wake = next_revision(backends, &slot, security, running, &mut shutdown).await;
-        if let Some(e) = engine {
-            if matches!(wake, Wake::Shutdown) {
-                slot.draining.store(true, Ordering::Release);
-            } else {
-                info!("a new company revision is active; restarting the engine on it");
-            }
-            e.shutdown().await;
-            slot.set(None);
-        }
+        let wake = next_revision(backends, &slot, security, seen, &mut nudges, &mut shutdown).await;
         match wake {
             Wake::Shutdown => break,
             Wake::Revision(next) => current = Some(*next),
         }
+    }
+    slot.draining.store(true, Ordering::Release);
+    if let Some(e) = engine.take() {
+        e.shutdown().await;
+        slot.set(None);
+    }
+    for task in retiring {
+        let _ = task.await;
     }
     slot.draining.store(true, Ordering::Release);
     if let (Some(stop), Some(task)) = (api_stop, api_task) {

@@ -140,7 +140,7 @@ pub(crate) struct TurnRuntime {
     draining: AtomicBool,
     drain_started: Notify,
     running: AtomicUsize,
-    turn_ended: Notify,
+    pub(crate) turn_ended: Notify,
     /// Reflects on each finished turn, when learning is on.
     learning: Option<Arc<Learning>>,
     /// Chat backends that show a seat at work while its turn runs.

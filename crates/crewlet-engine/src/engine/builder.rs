@@ -52,6 +52,7 @@ pub struct EngineBuilder {
     memory: Option<MemoryStores>,
     knowledge: Option<Arc<dyn crewlet_integrations::knowledge::KnowledgeSearcher>>,
     skill_source: Option<Arc<dyn crewlet_integrations::knowledge::SkillSource>>,
+    predecessor: Option<Engine>,
 }
 
 /// The company's tools: the builtins, and the MCP servers started for it.
@@ -84,7 +85,17 @@ impl EngineBuilder {
             memory: None,
             knowledge: None,
             skill_source: None,
+            predecessor: None,
         }
+    }
+
+    /// Boots as the successor of `running` (a new revision applied without
+    /// a restart, see [`super::handover`]): the seats both run are taken
+    /// over as `running` gives them up, after the caller's
+    /// [`Engine::begin_retire`] on it.
+    pub fn taking_over(mut self, running: Engine) -> Self {
+        self.predecessor = Some(running);
+        self
     }
 
     /// Uses these memory stores instead of opening them beside the
@@ -157,17 +168,27 @@ impl EngineBuilder {
 
     /// Boots the company (see the module docs) and returns the running
     /// engine. A step that fails shuts down what the earlier ones started.
-    pub async fn start(self) -> Result<Engine, EngineError> {
+    pub async fn start(mut self) -> Result<Engine, EngineError> {
         let started = Instant::now();
+        let predecessor = self.predecessor.take();
         let (engine, mcp_failures) = self.assemble().await;
         let boot = TraceContext::new_root();
-        engine.announce_start(boot, mcp_failures).await;
-        if let Err(e) = engine.connect(boot).await {
+        if predecessor.is_none() {
+            engine.announce_start(boot, mcp_failures).await;
+        } else {
+            for failure in mcp_failures {
+                engine.publish(failure.with_trace(boot.child())).await;
+            }
+        }
+        if let Err(e) = engine.connect(boot, predecessor.as_ref()).await {
             engine.shutdown().await;
             return Err(e);
         }
         engine.start_background();
         engine.mark_ready(started);
+        if let Some(from) = &predecessor {
+            engine.announce_applied(from, started, boot).await;
+        }
         Ok(engine)
     }
 
@@ -326,6 +347,8 @@ impl EngineBuilder {
             mcp: tokio::sync::Mutex::new(tools.hub),
             ready: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            retire_begun: AtomicBool::new(false),
+            retiring: tokio::sync::watch::channel(false).0,
             started_at: Utc::now(),
             options,
         });
@@ -440,10 +463,10 @@ impl Engine {
 
     /// Joins the queue: the `event-store` group, every seat's inbox (then
     /// `agent_spawned` per seat), and the notification router.
-    async fn connect(&self, boot: TraceContext) -> Result<(), EngineError> {
+    async fn connect(&self, boot: TraceContext, from: Option<&Engine>) -> Result<(), EngineError> {
         self.join_archive().await?;
-        self.subscribe_inboxes().await?;
-        self.announce_seats(boot).await;
+        self.subscribe_inboxes(from).await?;
+        self.announce_seats(boot, from).await;
         self.start_router().await?;
         self.start_fleet().await;
         Ok(())
@@ -476,10 +499,22 @@ impl Engine {
         Ok(())
     }
 
-    /// One inbox member per seat; each seat is idle once subscribed.
-    async fn subscribe_inboxes(&self) -> Result<(), EngineError> {
+    /// One inbox member per seat; each seat is idle once subscribed. A
+    /// seat the predecessor runs too is attached once it gives it up.
+    async fn subscribe_inboxes(&self, from: Option<&Engine>) -> Result<(), EngineError> {
+        let (kept, fresh): (Vec<String>, Vec<String>) = self
+            .shared
+            .order
+            .iter()
+            .cloned()
+            .partition(|h| from.is_some_and(|f| f.shared.seats.contains_key(h)));
+        if let Some(from) = from {
+            for handle in kept {
+                self.take_over_seat(from.clone(), handle);
+            }
+        }
         let subscribed: Vec<Result<(String, Subscription), EngineError>> =
-            futures::stream::iter(self.shared.order.clone())
+            futures::stream::iter(fresh)
                 .map(|handle| self.subscribe_inbox(handle))
                 .buffer_unordered(SUBSCRIBE_CONCURRENCY)
                 .collect()
@@ -494,7 +529,10 @@ impl Engine {
         failed.map_or(Ok(()), Err)
     }
 
-    async fn subscribe_inbox(&self, handle: String) -> Result<(String, Subscription), EngineError> {
+    pub(super) async fn subscribe_inbox(
+        &self,
+        handle: String,
+    ) -> Result<(String, Subscription), EngineError> {
         let seat = self.seat(&handle).ok_or_else(|| EngineError::NotFound {
             what: "seat",
             key: handle.clone(),
@@ -529,13 +567,22 @@ impl Engine {
         Ok((handle, sub))
     }
 
-    /// `agent_spawned` per seat, in org order.
-    async fn announce_seats(&self, boot: TraceContext) {
+    /// `agent_spawned` per seat, in org order; after a predecessor, only for
+    /// the new seats, and `role_updated` for the changed ones.
+    async fn announce_seats(&self, boot: TraceContext, from: Option<&Engine>) {
         for handle in &self.shared.order {
             let Some(seat) = self.seat(handle) else {
                 continue;
             };
             let s = &seat.seat;
+            if let Some(before) = from.and_then(|f| f.seat(handle)) {
+                let changed = super::handover::seat_changes(&before.seat, s);
+                if !changed.is_empty() {
+                    self.announce_role_updated(&before.seat, s, &changed, boot)
+                        .await;
+                }
+                continue;
+            }
             self.publish(
                 Event::new(EventType::AgentSpawned, EVENT_SOURCE)
                     .with_summary(format!("{} ({}) spawned", s.handle, s.name))

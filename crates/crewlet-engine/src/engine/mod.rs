@@ -15,6 +15,7 @@
 //! stop the MCP servers.
 
 mod builder;
+mod handover;
 mod options;
 mod profile;
 
@@ -83,6 +84,11 @@ struct Shared {
     mcp: tokio::sync::Mutex<Option<McpHub>>,
     ready: AtomicBool,
     stopped: AtomicBool,
+    /// [`Engine::begin_retire`] ran (or runs).
+    retire_begun: AtomicBool,
+    /// True once the engine retires in favour of a successor: its seats
+    /// may be taken over.
+    retiring: tokio::sync::watch::Sender<bool>,
     started_at: DateTime<Utc>,
     options: EngineOptions,
 }

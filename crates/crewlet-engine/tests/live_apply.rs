@@ -1,0 +1,222 @@
+//! A new company revision is applied without a restart: a turn already
+//! running finishes on the revision it started with, the seat's next task
+//! runs on the new one, an added seat is spawned, a removed one terminated,
+//! a changed one announced `role_updated`, and `config_revision_applied`
+//! says what changed. One process, memory queue and stores, the fake model.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use crewlet_config::{ApiToken, Bootstrap};
+use crewlet_engine::RunOptions;
+use crewlet_engine::run::run_until;
+use crewlet_test_support::fake_llm::FakeLlmServer;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const WAIT: Duration = Duration::from_secs(90);
+const TOKEN: &str = "live-apply-token";
+
+fn company(base_url: &str, eng_goal: &str, others: &[&str]) -> String {
+    let mut y = format!(
+        "name: Live Co\nproviders:\n  llm:\n    m: {{type: openai-compatible, model: m, base_url: \"{base_url}\"}}\nroles:\n  - {{name: Engineer, handle: eng, goal: \"{eng_goal}\"}}\n"
+    );
+    for h in others {
+        y.push_str(&format!("  - {{name: Seat {h}, handle: {h}}}\n"));
+    }
+    y
+}
+
+async fn send(method: reqwest::Method, url: String, body: Option<(&str, String)>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(TOKEN)
+        .header("x-summary", "live apply test");
+    if let Some((content_type, body)) = body {
+        req = req.header("content-type", content_type).body(body);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("request failed: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn put_company(base: &str, yaml: String) {
+    let (status, body) = send(
+        reqwest::Method::PUT,
+        format!("{base}/config"),
+        Some(("application/yaml", yaml)),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+async fn post_task(base: &str, text: &str) -> String {
+    let (status, body) = send(
+        reqwest::Method::POST,
+        format!("{base}/agents/eng/tasks"),
+        Some(("application/json", json!({ "text": text }).to_string())),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    body["task_id"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn events(base: &str, event_type: &str) -> Vec<Value> {
+    let (_, body) = get(base, &format!("/events?type={event_type}&limit=200")).await;
+    body["events"].as_array().cloned().unwrap_or_default()
+}
+
+async fn agents(base: &str) -> Vec<(String, String)> {
+    let (_, agents) = get(base, "/agents").await;
+    let mut out: Vec<(String, String)> = agents
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| {
+                    (
+                        x["handle"].as_str().unwrap_or("").to_owned(),
+                        x["state"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+async fn task_ended(base: &str, task_id: &str) -> bool {
+    events(base, "task_completed")
+        .await
+        .iter()
+        .any(|e| e["task_id"] == task_id)
+}
+
+/// The text of every model request that carried `marker`.
+fn requests_with(llm: &FakeLlmServer, marker: &str) -> Vec<String> {
+    llm.requests()
+        .into_iter()
+        .map(|r| r.body.to_string())
+        .filter(|b| b.contains(marker))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_revision_is_applied_without_a_restart() {
+    // Every model call of the first task takes a while, so the revision
+    // lands while it runs.
+    let llm = FakeLlmServer::start(direct_turn(Duration::from_millis(1500)))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let base_url = llm.openai_base_url();
+    let port = free_port();
+    let mut bootstrap = Bootstrap::default();
+    bootstrap.api.port = port;
+    bootstrap.api.auth.tokens = vec![ApiToken {
+        id: "founder".into(),
+        token: TOKEN.into(),
+        scopes: None,
+    }];
+    let (stop, stopped) = oneshot::channel::<()>();
+    let engine = tokio::spawn(run_until(bootstrap, RunOptions::default(), async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://127.0.0.1:{port}");
+    wait_for("/health", WAIT, || async {
+        (get(&base, "/health").await.0 == 200).then_some(())
+    })
+    .await;
+    put_company(&base, company(&base_url, "Goal one", &["ceo"])).await;
+    wait_for("both seats idle on revision 1", WAIT, || async {
+        let a = agents(&base).await;
+        (a == [("ceo".into(), "idle".into()), ("eng".into(), "idle".into())]).then_some(())
+    })
+    .await;
+
+    let first = post_task(&base, "first job").await;
+    wait_for("eng working on the first job", WAIT, || async {
+        agents(&base)
+            .await
+            .contains(&("eng".into(), "working".into()))
+            .then_some(())
+    })
+    .await;
+
+    // Revision 2: eng's goal changes, ceo goes, qa comes.
+    put_company(&base, company(&base_url, "Goal two", &["qa"])).await;
+    let applied = wait_for("config_revision_applied", WAIT, || async {
+        events(&base, "config_revision_applied").await.first().cloned()
+    })
+    .await;
+    assert_eq!(applied["payload"]["revision_id"], 2, "{applied}");
+    assert_eq!(applied["payload"]["previous_revision_id"], 1);
+    assert_eq!(applied["payload"]["added"], json!(["qa"]));
+    assert_eq!(applied["payload"]["removed"], json!(["ceo"]));
+    assert_eq!(applied["payload"]["updated"], json!(["eng"]));
+
+    // The running turn was not interrupted: it ends, on revision 1.
+    wait_for("the first job completed", WAIT, || async {
+        task_ended(&base, &first).await.then_some(())
+    })
+    .await;
+    let first_calls = requests_with(&llm, "first job");
+    assert!(!first_calls.is_empty());
+    assert!(
+        first_calls
+            .iter()
+            .all(|b| b.contains("Goal one") && !b.contains("Goal two")),
+        "every call of the running turn saw revision 1"
+    );
+
+    // The seat's next task runs on revision 2.
+    let second = post_task(&base, "second job").await;
+    wait_for("the second job completed", WAIT, || async {
+        task_ended(&base, &second).await.then_some(())
+    })
+    .await;
+    let second_calls = requests_with(&llm, "second job");
+    assert!(!second_calls.is_empty());
+    assert!(
+        second_calls
+            .iter()
+            .all(|b| b.contains("Goal two") && !b.contains("Goal one")),
+        "the next turn saw revision 2"
+    );
+
+    wait_for("eng and qa idle, ceo gone", WAIT, || async {
+        let a = agents(&base).await;
+        (a == [("eng".into(), "idle".into()), ("qa".into(), "idle".into())]).then_some(())
+    })
+    .await;
+    let role_updated = events(&base, "role_updated").await;
+    assert_eq!(role_updated.len(), 1, "{role_updated:?}");
+    assert_eq!(role_updated[0]["payload"]["handle"], "eng");
+    assert_eq!(role_updated[0]["payload"]["changed_fields"], json!(["role"]));
+    let terminated = wait_for("ceo terminated", WAIT, || async {
+        let t = events(&base, "agent_terminated").await;
+        (!t.is_empty()).then_some(t)
+    })
+    .await;
+    assert_eq!(terminated.len(), 1, "only the removed seat: {terminated:?}");
+    assert_eq!(terminated[0]["payload"]["handle"], "ceo");
+    assert_eq!(terminated[0]["payload"]["reason"], "removed");
+    let spawned: Vec<String> = events(&base, "agent_spawned")
+        .await
+        .iter()
+        .filter_map(|e| e["payload"]["handle"].as_str().map(str::to_owned))
+        .collect();
+    let mut spawned_sorted = spawned.clone();
+    spawned_sorted.sort();
+    assert_eq!(spawned_sorted, ["ceo", "eng", "qa"], "eng is not spawned again");
+    assert_eq!(events(&base, "org_started").await.len(), 1, "no restart");
+    assert!(events(&base, "org_stopped").await.is_empty(), "no restart");
+
+    let _ = stop.send(());
+    let result = tokio::time::timeout(WAIT, engine).await;
+    assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+}
