@@ -52,6 +52,7 @@ pub use repos::ledger::{
     ORG_SCOPE, PostgresTokenLedger, ReservationId, ReserveOutcome, TokenLedger, UsageRow,
     agent_scope,
 };
+pub use repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,
 };
