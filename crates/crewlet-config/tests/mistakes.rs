@@ -348,6 +348,26 @@ roles:
 }
 
 #[test]
+fn provider_quotas_must_be_positive() {
+    let text = "\
+name: Test Co
+providers:
+  llm:
+    main: {type: openai, model: m, api_keys: [k], rpm: 0, tpm: 0}
+";
+    assert_problems(
+        text,
+        &[
+            (4, "providers.llm.main.rpm", "0 is below the minimum 1"),
+            (4, "providers.llm.main.tpm", "0 is below the minimum 1"),
+        ],
+    );
+    let (company, _) = valid(&text.replace("rpm: 0, tpm: 0", "rpm: 60, tpm: 30000"));
+    let main = company.providers.llm.get("main").map(|p| (p.rpm, p.tpm));
+    assert_eq!(main, Some((Some(60), Some(30000))));
+}
+
+#[test]
 fn missing_required_keys_are_named() {
     assert_problems(
         "mission: no name\n",

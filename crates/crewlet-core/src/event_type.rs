@@ -140,6 +140,8 @@ event_types! {
     TurnGuardBreach = "turn.guard_breach" => System,
     LlmUnavailable = "llm_unavailable" => System,
     ProviderFallback = "provider_fallback" => System,
+    ProviderCircuitOpened = "provider_circuit_opened" => System,
+    ProviderCircuitClosed = "provider_circuit_closed" => System,
     McpServerFailed = "mcp_server_failed" => System,
     ToolSkillBlocked = "phase.tool_skill_blocked" => System,
     ToolActivated = "phase.tool_activated" => System,

@@ -10,6 +10,7 @@ mod event;
 mod event_type;
 pub mod payload;
 mod phase;
+pub mod quota;
 mod trace;
 mod wire;
 
@@ -19,4 +20,5 @@ pub use event::{Event, TAG_AGENT_HANDLE};
 pub use event_type::{Category, EventType};
 pub use payload::{EventPayload, PayloadError};
 pub use phase::Phase;
+pub use quota::{ProviderQuotas, QuotaError, QuotaLimits, QuotaSlot, QuotaState};
 pub use trace::{SpanId, TraceContext, TraceId, TraceParseError};

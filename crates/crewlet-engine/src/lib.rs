@@ -61,7 +61,7 @@ pub use crewlet_backends::{Backends, Process};
 pub use engine::{Engine, EngineBuilder, EngineOptions, EnvLookup, ShutdownSummary, seat_profile};
 pub use error::EngineError;
 pub use hooks::{Hook, TASK_STATE_EVENTS};
-pub use llm::{build_registry, role_llm};
+pub use llm::{build_registry, guard_registry, role_llm};
 pub use maintenance::{MAINTENANCE_INTERVAL, Maintenance, MaintenanceReport};
 pub use router::{
     ExternalNotification, NotificationRouter, NotificationSkipped, ROUTER_CLAIM_SOURCE, RouteRule,

@@ -7,6 +7,12 @@
 //! every call with the reason, so turns that need it end with
 //! `llm_unavailable` (or fall back along their chain) and everything else
 //! keeps running.
+//!
+//! Every provider then goes behind its guard ([`guard_registry`]): its
+//! `rpm`/`tpm` scheduled in the engine's quota store (PostgreSQL when the
+//! engine has a database, so every process shares one budget per provider;
+//! this process's own otherwise), rate-limit answers waited out, and a
+//! circuit breaker whose openings and closings are published as events.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,10 +22,15 @@ use async_trait::async_trait;
 use crewlet_config::{
     Company, LlmKind, LlmProvider as LlmEntry, Phase as ConfigPhase, Role, interpolate,
 };
+use crewlet_core::EventPayload;
+use crewlet_core::payload::{ProviderCircuitClosed, ProviderCircuitOpened};
+use crewlet_core::quota::{ProviderQuotas, QuotaLimits};
 use crewlet_llm::{
-    Completion, CompletionRequest, LlmError, LlmProvider, LlmRegistry, Phase, ProviderConfig,
-    ProviderKind, RoleLlm, build_provider, http_client,
+    BreakerObserver, Completion, CompletionRequest, GuardOptions, GuardedProvider, LlmError,
+    LlmProvider, LlmRegistry, Phase, ProviderConfig, ProviderKind, RoleLlm, build_provider,
+    http_client,
 };
+use crewlet_queue::EventQueue;
 use tracing::warn;
 
 /// Builds every `providers.llm` entry. `env` looks variables up (the process
@@ -57,6 +68,79 @@ pub fn build_registry(
         }
     }
     (registry, problems)
+}
+
+/// Every provider of `registry` behind its guard: the `rpm`/`tpm` of its
+/// entry in `company` scheduled in `quotas` (under `{company}/{entry}`), its
+/// `max_tokens` as the completion estimate, rate-limit waits and the
+/// circuit breaker, reported to `observer`. A provider with no entry (a
+/// registry built by hand) gets the breaker and the waits only.
+pub fn guard_registry(
+    registry: LlmRegistry,
+    company: &Company,
+    quotas: Arc<dyn ProviderQuotas>,
+    observer: Option<Arc<dyn BreakerObserver>>,
+) -> LlmRegistry {
+    let entries = company.llm_providers();
+    registry.map(|provider| {
+        let mut options = GuardOptions::default();
+        if let Some(entry) = entries.get(provider.name()) {
+            let key = format!("{}/{}", company.name, provider.name());
+            let limits = QuotaLimits::per_minute(entry.rpm, entry.tpm);
+            options = options.quota(quotas.clone(), key, limits);
+            if let Some(n) = entry.max_tokens {
+                options = options.output_estimate(n);
+            }
+        }
+        if let Some(o) = &observer {
+            options = options.observer(o.clone());
+        }
+        Arc::new(GuardedProvider::new(provider, options))
+    })
+}
+
+/// Publishes `provider_circuit_opened` / `provider_circuit_closed`.
+pub(crate) struct CircuitEvents {
+    queue: Arc<dyn EventQueue>,
+    source: &'static str,
+}
+
+impl CircuitEvents {
+    pub fn new(queue: Arc<dyn EventQueue>, source: &'static str) -> Self {
+        Self { queue, source }
+    }
+
+    fn publish(&self, event: crewlet_core::Event, summary: String) {
+        let event = event.with_summary(summary);
+        let queue = self.queue.clone();
+        tokio::spawn(async move { crate::sink::publish_event(queue.as_ref(), event).await });
+    }
+}
+
+impl BreakerObserver for CircuitEvents {
+    fn opened(&self, provider: &str, failures: u32, cool_down: Duration, error: &LlmError) {
+        let payload = ProviderCircuitOpened {
+            provider: provider.to_owned(),
+            consecutive_failures: failures,
+            cool_down_ms: u64::try_from(cool_down.as_millis()).unwrap_or(u64::MAX),
+            error: error.to_string(),
+            error_class: error.class().as_str().to_owned(),
+        };
+        let summary = format!(
+            "llm provider {provider} circuit open for {} s",
+            cool_down.as_secs()
+        );
+        self.publish(payload.to_event(self.source), summary);
+    }
+
+    fn closed(&self, provider: &str, open_for: Duration) {
+        let payload = ProviderCircuitClosed {
+            provider: provider.to_owned(),
+            open_ms: u64::try_from(open_for.as_millis()).unwrap_or(u64::MAX),
+        };
+        let summary = format!("llm provider {provider} circuit closed");
+        self.publish(payload.to_event(self.source), summary);
+    }
 }
 
 /// The crate-neutral description of one entry, with `${VAR}` expanded.
@@ -225,6 +309,126 @@ roles:
         assert!(
             why.contains("ACME_OPS_API_TOKEN") && !why.contains("secret-"),
             "{why}"
+        );
+    }
+
+    /// A model that notes when each call arrived (virtual time) and fails
+    /// the first `failures` calls with a 503.
+    fn scripted(
+        name: &str,
+        failures: u64,
+    ) -> (
+        Arc<dyn LlmProvider>,
+        Arc<parking_lot::Mutex<Vec<tokio::time::Instant>>>,
+    ) {
+        let arrivals = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        let n = std::sync::atomic::AtomicU64::new(0);
+        let p = crewlet_llm::ScriptedProvider::new(name, "m", move |_| {
+            seen.lock().push(tokio::time::Instant::now());
+            if n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < failures {
+                return Err(LlmError::Http {
+                    provider: "main".into(),
+                    status: 503,
+                    class: crewlet_llm::ErrorClass::Server,
+                    message: "down".into(),
+                    retry_after: None,
+                });
+            }
+            Ok(Completion::default())
+        });
+        (Arc::new(p), arrivals)
+    }
+
+    #[tokio::test]
+    async fn guarded_providers_reserve_from_the_shared_quota_of_their_entry() {
+        use crewlet_core::quota::ProviderQuotas;
+
+        let c = company(&YAML.replace("model: m1", "model: m1\n      rpm: 2"));
+        let (main, _) = scripted("main", 0);
+        let (local, _) = scripted("local", 0);
+        let mut registry = LlmRegistry::new();
+        registry.insert(main);
+        registry.insert(local);
+        let quotas = Arc::new(crewlet_store::MemoryProviderQuotas::new());
+        let registry = guard_registry(registry, &c, quotas.clone(), None);
+        for name in ["main", "local"] {
+            let p = registry.get(name).unwrap_or_else(|| panic!("{name}"));
+            assert!(p.complete(&CompletionRequest::default()).await.is_ok());
+        }
+        // `main` took the first slot of its 2 a minute: the next one is
+        // 30.5 s away for every caller of the store.
+        let limits = QuotaLimits::per_minute(Some(2), None);
+        let next = quotas.reserve("T/main", &limits, 1).await;
+        let wait = next.map(|s| s.wait.as_secs_f64()).unwrap_or_default();
+        assert!(wait > 29.0 && wait <= 30.5, "{wait}");
+        // `local` has no limits: it never reserved.
+        let free = quotas.reserve("T/local", &limits, 1).await;
+        assert_eq!(free.map(|s| s.wait), Ok(Duration::ZERO));
+    }
+
+    #[tokio::test]
+    async fn a_provider_circuit_opening_and_closing_is_published() {
+        use crewlet_core::EventType;
+        use crewlet_queue::{MemoryBroker, topics};
+
+        let broker = MemoryBroker::new();
+        let queue: Arc<dyn EventQueue> = Arc::new(broker.client());
+        let mut opened = match queue
+            .subscribe_stream(&topics::events(&EventType::ProviderCircuitOpened))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        let mut closed = match queue
+            .subscribe_stream(&topics::events(&EventType::ProviderCircuitClosed))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        let observer = CircuitEvents::new(queue, "engine");
+        let error = LlmError::Timeout {
+            provider: "main".into(),
+            timeout: Duration::from_secs(120),
+        };
+        observer.opened("main", 5, Duration::from_secs(30), &error);
+        observer.closed("main", Duration::from_secs(31));
+        let event = opened.recv().await.map(|e| e.event);
+        let payload = event.as_deref().and_then(ProviderCircuitOpened::read);
+        assert_eq!(
+            payload.map(|p| (
+                p.provider,
+                p.consecutive_failures,
+                p.cool_down_ms,
+                p.error_class
+            )),
+            Some(("main".into(), 5, 30_000, "timeout".into()))
+        );
+        let event = closed.recv().await.map(|e| e.event);
+        let payload = event.as_deref().and_then(ProviderCircuitClosed::read);
+        assert_eq!(payload.map(|p| p.open_ms), Some(31_000));
+    }
+
+    #[tokio::test]
+    async fn a_failing_provider_opens_its_circuit_and_calls_stop_reaching_it() {
+        let c = company(YAML);
+        let (main, arrivals) = scripted("main", 100);
+        let mut registry = LlmRegistry::new();
+        registry.insert(main);
+        let quotas = Arc::new(crewlet_store::MemoryProviderQuotas::new());
+        let registry = guard_registry(registry, &c, quotas, None);
+        let p = registry.get("main").unwrap_or_else(|| panic!("main"));
+        for _ in 0..8 {
+            assert!(p.complete(&CompletionRequest::default()).await.is_err());
+        }
+        // Five failures open it; the next three never reach the model.
+        assert_eq!(arrivals.lock().len(), 5);
+        let err = p.complete(&CompletionRequest::default()).await.err();
+        assert_eq!(
+            err.map(|e| e.class()),
+            Some(crewlet_llm::ErrorClass::CircuitOpen)
         );
     }
 

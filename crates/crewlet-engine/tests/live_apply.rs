@@ -150,7 +150,10 @@ async fn a_new_revision_is_applied_without_a_restart() {
     // Revision 2: eng's goal changes, ceo goes, qa comes.
     put_company(&base, company(&base_url, "Goal two", &["qa"])).await;
     let applied = wait_for("config_revision_applied", WAIT, || async {
-        events(&base, "config_revision_applied").await.first().cloned()
+        events(&base, "config_revision_applied")
+            .await
+            .first()
+            .cloned()
     })
     .await;
     assert_eq!(applied["payload"]["revision_id"], 2, "{applied}");
@@ -196,7 +199,10 @@ async fn a_new_revision_is_applied_without_a_restart() {
     let role_updated = events(&base, "role_updated").await;
     assert_eq!(role_updated.len(), 1, "{role_updated:?}");
     assert_eq!(role_updated[0]["payload"]["handle"], "eng");
-    assert_eq!(role_updated[0]["payload"]["changed_fields"], json!(["role"]));
+    assert_eq!(
+        role_updated[0]["payload"]["changed_fields"],
+        json!(["role"])
+    );
     let terminated = wait_for("ceo terminated", WAIT, || async {
         let t = events(&base, "agent_terminated").await;
         (!t.is_empty()).then_some(t)
@@ -212,7 +218,11 @@ async fn a_new_revision_is_applied_without_a_restart() {
         .collect();
     let mut spawned_sorted = spawned.clone();
     spawned_sorted.sort();
-    assert_eq!(spawned_sorted, ["ceo", "eng", "qa"], "eng is not spawned again");
+    assert_eq!(
+        spawned_sorted,
+        ["ceo", "eng", "qa"],
+        "eng is not spawned again"
+    );
     assert_eq!(events(&base, "org_started").await.len(), 1, "no restart");
     assert!(events(&base, "org_stopped").await.is_empty(), "no restart");
 

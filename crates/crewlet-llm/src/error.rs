@@ -17,6 +17,9 @@ pub enum ErrorClass {
     Server,
     /// Anything else: a bad request, an unreadable answer.
     Fatal,
+    /// The provider's circuit breaker is open after repeated failures: the
+    /// call was not sent.
+    CircuitOpen,
 }
 
 impl ErrorClass {
@@ -38,6 +41,7 @@ impl ErrorClass {
             ErrorClass::Timeout => "timeout",
             ErrorClass::Server => "server",
             ErrorClass::Fatal => "fatal",
+            ErrorClass::CircuitOpen => "circuit_open",
         }
     }
 }
@@ -62,7 +66,20 @@ pub enum LlmError {
     #[error(
         "provider `{provider}`: every api key is cooling down after rate limits or auth failures; add keys or wait"
     )]
-    CredentialsExhausted { provider: String },
+    CredentialsExhausted {
+        provider: String,
+        /// How long until the first key is usable again.
+        retry_in: Option<Duration>,
+    },
+    #[error(
+        "provider `{provider}`: circuit open after repeated failures; next trial call in {} s",
+        retry_in.as_secs()
+    )]
+    CircuitOpen {
+        provider: String,
+        /// How long until a trial call may go.
+        retry_in: Duration,
+    },
     #[error("provider `{provider}`: unreadable answer: {message}")]
     Decode { provider: String, message: String },
     #[error("provider `{provider}` is misconfigured: {message}")]
@@ -82,6 +99,7 @@ impl LlmError {
             LlmError::Http { class, .. } => *class,
             LlmError::Timeout { .. } | LlmError::Network { .. } => ErrorClass::Timeout,
             LlmError::CredentialsExhausted { .. } => ErrorClass::RateLimit,
+            LlmError::CircuitOpen { .. } => ErrorClass::CircuitOpen,
             LlmError::Decode { .. }
             | LlmError::Config { .. }
             | LlmError::UnknownProvider { .. }
@@ -93,6 +111,21 @@ impl LlmError {
     /// Whether a short retry on the same provider may help.
     pub fn is_transient(&self) -> bool {
         matches!(self.class(), ErrorClass::Server | ErrorClass::Timeout)
+    }
+
+    /// When the provider (or the key pool) said the limit resets: the
+    /// `Retry-After` (or `x-ratelimit-reset-*`) of a rate-limited answer, or
+    /// the time until the first key stops cooling.
+    pub fn reset_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::Http {
+                class: ErrorClass::RateLimit,
+                retry_after,
+                ..
+            } => *retry_after,
+            LlmError::CredentialsExhausted { retry_in, .. } => *retry_in,
+            _ => None,
+        }
     }
 }
 

@@ -132,8 +132,10 @@ impl Endpoint {
                     lease.auth_failed();
                     rotations += 1;
                 }
-                ErrorClass::Server | ErrorClass::Timeout if transient_failures < self.retries => {
-                    let delay = self.retry_backoff * 2u32.saturating_pow(transient_failures);
+                ErrorClass::Server | ErrorClass::Timeout
+                    if transient_failures < self.retries && crate::retry::take_retry() =>
+                {
+                    let delay = crate::retry::backoff(self.retry_backoff, transient_failures);
                     transient_failures += 1;
                     tracing::warn!(provider = %self.name, error = %err, retry_in_ms = delay.as_millis() as u64, "llm call failed; retrying");
                     drop(lease);
@@ -179,11 +181,7 @@ impl Endpoint {
 
     async fn http_error(&self, resp: reqwest::Response, lease: &KeyLease) -> LlmError {
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
+        let retry_after = reset_after(resp.headers());
         let body = resp.text().await.unwrap_or_default();
         let mut message = error_message(&body);
         let key = lease.key().expose();
@@ -214,6 +212,53 @@ fn error_chain(e: &reqwest::Error) -> String {
         source = s.source();
     }
     out
+}
+
+/// When a refused call may go again: `Retry-After`, else the later of
+/// OpenAI's `x-ratelimit-reset-requests` and `x-ratelimit-reset-tokens`.
+pub(crate) fn reset_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(d) = header("retry-after").and_then(parse_retry_after) {
+        return Some(d);
+    }
+    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .into_iter()
+        .filter_map(|name| header(name).and_then(parse_reset))
+        .max()
+}
+
+/// A reset duration as OpenAI writes it: `20`, `1.5s`, `250ms`, `6m0s`,
+/// `1h2m3.5s`.
+pub(crate) fn parse_reset(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    if let Some(d) = parse_retry_after(value) {
+        return Some(d);
+    }
+    let mut total = 0.0f64;
+    let mut rest = value;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&n| n > 0)?;
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return None,
+        };
+        total += number * scale;
+        rest = &rest[unit_len..];
+    }
+    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total.min(86_400.0)))
 }
 
 /// `Retry-After` in seconds (`120`, `1.5`); an HTTP date is not honoured.
@@ -470,6 +515,26 @@ mod tests {
         );
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(parse_retry_after("-3"), None);
+    }
+
+    #[test]
+    fn openai_reset_headers_are_read_when_retry_after_is_missing() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_reset("20"), Some(ms(20_000)));
+        assert_eq!(parse_reset("1.5s"), Some(ms(1500)));
+        assert_eq!(parse_reset("250ms"), Some(ms(250)));
+        assert_eq!(parse_reset("6m0s"), Some(ms(360_000)));
+        assert_eq!(parse_reset("1h2m3.5s"), Some(ms(3_723_500)));
+        for bad in ["", "s", "5x", "1..2s", "m5"] {
+            assert_eq!(parse_reset(bad), None, "{bad}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("x-ratelimit-reset-requests", HeaderValue::from_static("2s"));
+        headers.insert("x-ratelimit-reset-tokens", HeaderValue::from_static("6m0s"));
+        assert_eq!(reset_after(&headers), Some(ms(360_000)));
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(reset_after(&headers), Some(ms(7000)));
+        assert_eq!(reset_after(&HeaderMap::new()), None);
     }
 
     #[test]

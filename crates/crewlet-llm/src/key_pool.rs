@@ -93,8 +93,14 @@ impl KeyPool {
             .min_by_key(|(i, k)| (k.in_flight, k.last_leased, *i))
             .map(|(i, _)| i);
         let Some(index) = pick else {
+            let retry_in = keys
+                .iter()
+                .filter_map(|k| k.cooled_until)
+                .min()
+                .map(|until| until.saturating_duration_since(now));
             return Err(LlmError::CredentialsExhausted {
                 provider: self.inner.provider.clone(),
+                retry_in,
             });
         };
         *leases += 1;
@@ -274,9 +280,11 @@ mod tests {
         p.acquire_at(t0)?.auth_failed_at(t0);
         let err = p.acquire_at(t0).err();
         assert!(
-            matches!(err, Some(LlmError::CredentialsExhausted { ref provider }) if provider == "main"),
+            matches!(err, Some(LlmError::CredentialsExhausted { ref provider, .. }) if provider == "main"),
             "{err:?}"
         );
+        // the refused key is back first (300 s, against an hour)
+        assert_eq!(err.and_then(|e| e.reset_after()), Some(AUTH_COOLDOWN_BASE));
         Ok(())
     }
 

@@ -142,6 +142,16 @@ impl LlmRegistry {
         }
     }
 
+    /// Every provider replaced by `f` of it, under the same name (e.g.
+    /// each wrapped in a [`crate::GuardedProvider`]).
+    pub fn map(self, mut f: impl FnMut(Arc<dyn LlmProvider>) -> Arc<dyn LlmProvider>) -> Self {
+        let mut out = Self::new();
+        for (_, provider) in self.entries {
+            out.insert(f(provider));
+        }
+        out
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<dyn LlmProvider>> {
         self.entries.get(name).cloned()
     }

@@ -52,6 +52,7 @@ pub use repos::ledger::{
     MemoryTokenLedger, ORG_SCOPE, PostgresTokenLedger, ReservationId, ReserveOutcome, TokenLedger,
     UnitCap, UsageRow, agent_scope, unit_scope,
 };
+pub use repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,
 };

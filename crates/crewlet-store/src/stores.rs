@@ -9,11 +9,13 @@ use crate::repos::config_revisions::{
 };
 use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
 use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
+use crate::repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
 use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, ScheduledRuns};
 use crate::repos::secrets::{MemorySecretValues, PostgresSecretValues, SecretValues};
 use crate::repos::webhooks::{
     MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
 };
+use crewlet_core::quota::ProviderQuotas;
 
 /// Every repository behind its trait, ready for the engine and the API.
 #[derive(Clone)]
@@ -29,6 +31,9 @@ pub struct Stores {
     pub schedules: Arc<dyn ScheduledRuns>,
     /// Sealed `${NAME}` values (the secret store's rows).
     pub secrets: Arc<dyn SecretValues>,
+    /// The schedule of model calls per provider (`rpm`/`tpm`): shared by
+    /// every process on PostgreSQL, this process's alone in memory.
+    pub quotas: Arc<dyn ProviderQuotas>,
 }
 
 impl Stores {
@@ -43,6 +48,7 @@ impl Stores {
             follows: Arc::new(MemoryThreadFollows::new()),
             schedules: Arc::new(MemoryScheduledRuns::new()),
             secrets: Arc::new(MemorySecretValues::new()),
+            quotas: Arc::new(MemoryProviderQuotas::new()),
         }
     }
 
@@ -70,6 +76,7 @@ impl Stores {
             follows: Arc::new(PostgresThreadFollows::new(db.clone())),
             schedules: Arc::new(PostgresScheduledRuns::new(db.clone())),
             secrets: Arc::new(PostgresSecretValues::new(db.clone())),
+            quotas: Arc::new(PostgresProviderQuotas::new(db.clone())),
             database: Some(db),
         }
     }

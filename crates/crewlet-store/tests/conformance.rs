@@ -5,6 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
+use crewlet_core::quota::ProviderQuotas;
 use crewlet_store::*;
 
 mod memory {
@@ -45,6 +46,15 @@ mod memory {
         crewlet_store::thread_follows_conformance!(|| async {
             Some((
                 Arc::new(MemoryThreadFollows::new()) as Arc<dyn ThreadFollows>,
+                (),
+            ))
+        });
+    }
+    mod quotas {
+        use super::*;
+        crewlet_store::provider_quotas_conformance!(|| async {
+            Some((
+                Arc::new(MemoryProviderQuotas::new()) as Arc<dyn ProviderQuotas>,
                 (),
             ))
         });
@@ -99,6 +109,16 @@ mod postgres {
             let (guard, db) = common::migrated().await?;
             Some((
                 Arc::new(PostgresSecretValues::new(db)) as Arc<dyn SecretValues>,
+                guard,
+            ))
+        });
+    }
+    mod quotas {
+        use super::*;
+        crewlet_store::provider_quotas_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresProviderQuotas::new(db)) as Arc<dyn ProviderQuotas>,
                 guard,
             ))
         });

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use crewlet_core::{Event, EventType, TraceContext};
-use crewlet_llm::{LlmRegistry, Phase, ProviderConfig, ProviderKind, RoleLlm, Usage};
+use crewlet_llm::{
+    BreakerSettings, GuardOptions, GuardedProvider, LlmProvider, LlmRegistry, Phase,
+    ProviderConfig, ProviderKind, RoleLlm, Usage,
+};
 use crewlet_store::{
     BudgetCharge, BudgetRow, ChargeOutcome, MemoryTokenLedger, StoreError, TokenLedger, UsageRow,
 };
@@ -863,6 +866,78 @@ async fn a_failing_provider_restarts_the_phase_on_the_next() -> TestResult {
     assert!(o.phases.iter().all(|p| p.provider == "backup"));
     assert_eq!(o.models, ["claude-fake"]);
     assert_eq!(o.usage, usage(450, 57));
+    Ok(())
+}
+
+/// Every provider of `llm` behind a guard whose breaker opens after one
+/// failure.
+fn guarded(llm: LlmRegistry) -> LlmRegistry {
+    llm.map(|p| {
+        let options = GuardOptions::default().breaker(BreakerSettings {
+            failures: 1,
+            ..BreakerSettings::default()
+        });
+        Arc::new(GuardedProvider::new(p, options)) as Arc<dyn LlmProvider>
+    })
+}
+
+#[tokio::test]
+async fn an_open_circuit_hands_every_phase_to_the_next_provider_at_once() -> TestResult {
+    let mut script = Script::new().on(When::any().and_wire(Wire::OpenAi), Reply::status(500));
+    for (when, reply) in standard_rules() {
+        script = script.on(when, reply);
+    }
+    let server = FakeLlmServer::start(script).await?;
+    let llm = guarded(LlmRegistry::from_configs([
+        provider_config(&server, "primary", Wire::OpenAi, &["p-key"]),
+        provider_config(&server, "backup", Wire::Anthropic, &["b-key"]),
+    ])?);
+    let h = harness_with(server, llm, Setup::default())?;
+    let o = h.engine.run_turn(&chained_seat(), &trigger("task-c")).await;
+    assert_eq!(o.decision, TurnDecision::Done, "{:?}", o.failure);
+    // Plan's failure opened primary's circuit: Execute and Review never
+    // called it, they fell back at once.
+    let classes: Vec<Value> = h
+        .sink
+        .of_type(&EventType::ProviderFallback)
+        .iter()
+        .map(|e| e.payload["error_class"].clone())
+        .collect();
+    assert_eq!(classes, ["server", "circuit_open", "circuit_open"]);
+    let to_primary = h
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.wire == Wire::OpenAi)
+        .count();
+    assert_eq!(to_primary, 1);
+    assert!(o.phases.iter().all(|p| p.provider == "backup"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rate_limit_waits_for_the_reset_and_the_turn_succeeds() -> TestResult {
+    // The first call is refused with `Retry-After: 1`; everything after answers.
+    let mut script = Script::new().on(When::any(), Reply::rate_limited(1).times(1));
+    for (when, reply) in standard_rules() {
+        script = script.on(when, reply);
+    }
+    let server = FakeLlmServer::start(script).await?;
+    let llm = guarded(LlmRegistry::from_configs([provider_config(
+        &server,
+        "main",
+        Wire::OpenAi,
+        &["key-a"],
+    )])?);
+    let h = harness_with(server, llm, Setup::default())?;
+    let o = h.engine.run_turn(&seat("eng"), &trigger("task-r")).await;
+    assert_eq!(o.decision, TurnDecision::Done, "{:?}", o.failure);
+    assert_eq!(o.usage, usage(450, 57));
+    let rules: Vec<Option<usize>> = h.server.requests().iter().map(|r| r.rule).collect();
+    assert_eq!(rules.first(), Some(&Some(0)), "the first call was refused");
+    assert_eq!(rules.len(), 5, "then plan, two execute rounds and review");
+    assert!(h.sink.of_type(&EventType::ProviderFallback).is_empty());
+    assert!(h.sink.of_type(&EventType::LlmUnavailable).is_empty());
     Ok(())
 }
 

@@ -67,6 +67,8 @@ benches! {
     Tokens => tokens,
     /// Budgets: 1,000 concurrent reserve-then-settle calls against one capped budget (memory, PostgreSQL): overspend (must be 0), calls served, calls/s, p50/p99.
     Budgets => budgets,
+    /// Provider quotas: 100 seats against a fake provider capped at 60 requests per minute (429 + Retry-After), memory and PostgreSQL limiters: 429s seen (target 0), achieved rate (target within 5% of the cap).
+    Quotas => quotas,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

@@ -62,6 +62,18 @@ pub struct LlmProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
+    /// Requests per minute this provider allows. Calls from every seat (and,
+    /// with a database, every process) share it: each call waits for its
+    /// slot instead of being refused. Unset: no request limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub rpm: Option<u32>,
+    /// Tokens per minute this provider allows (prompt and completion; a
+    /// call is estimated before it is sent and settled on its real usage).
+    /// Shared like `rpm`. Unset: no token limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tpm: Option<u64>,
 }
 
 fn default_llm_timeout() -> f64 {
@@ -103,6 +115,8 @@ impl LlmProvider {
             cli: None,
             temperature: None,
             max_tokens: None,
+            rpm: None,
+            tpm: None,
         }
     }
 }

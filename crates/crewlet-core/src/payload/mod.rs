@@ -12,6 +12,7 @@
 
 pub mod learning;
 pub mod lenient;
+pub mod provider;
 pub mod task;
 pub mod turn;
 
@@ -20,6 +21,8 @@ pub use turn::{
     BudgetWarning, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
     TaskStarted, ToolActivated, ToolExecution, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
+
+pub use provider::{ProviderCircuitClosed, ProviderCircuitOpened};
 
 pub use task::{AskRef, CoalescedMessage, TaskPriority, TaskRequest, TaskSeat};
 

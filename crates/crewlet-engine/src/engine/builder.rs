@@ -27,7 +27,7 @@ use super::{EVENT_SOURCE, Engine, EngineOptions, Shared};
 use crate::error::EngineError;
 use crate::hooks::{self, Hook, TASK_STATE_EVENTS};
 use crate::learning::{learning_base, start_learning};
-use crate::llm::build_registry;
+use crate::llm::{CircuitEvents, build_registry, guard_registry};
 use crate::maintenance::Maintenance;
 use crate::router::{NotificationRouter, RouterHandler};
 use crate::scheduler::Scheduler;
@@ -214,6 +214,15 @@ impl EngineBuilder {
             Some(r) => r,
             None => build_registry(&company, options.env.as_ref()).0,
         };
+        let llm = guard_registry(
+            llm,
+            &company,
+            self.stores.quotas.clone(),
+            Some(Arc::new(CircuitEvents::new(
+                self.queue.clone(),
+                EVENT_SOURCE,
+            ))),
+        );
         let base = learning_base(
             &company,
             &self.stores,

@@ -5,6 +5,7 @@ mod claim_batch;
 pub mod config_revisions;
 pub mod follows;
 pub mod ledger;
+pub mod quotas;
 pub mod schedules;
 pub mod secrets;
 pub mod webhooks;

@@ -10,6 +10,7 @@ pub mod config;
 pub mod events;
 pub mod ledger;
 pub mod ops;
+pub mod quotas;
 pub mod secrets;
 
 use std::fmt::Display;
@@ -120,6 +121,27 @@ macro_rules! secret_values_conformance {
                 rows_are_put_replaced_listed_and_removed,
                 the_store_seals_lists_names_only_and_loads_values,
                 rekey_moves_every_secret_to_the_active_key,
+            ]
+        );
+    };
+}
+
+/// Every [`crewlet_core::quota::ProviderQuotas`] case, as tests.
+#[macro_export]
+macro_rules! provider_quotas_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            quotas,
+            [
+                the_first_call_starts_at_once_and_unlimited_calls_never_wait,
+                requests_are_spaced_by_the_interval,
+                concurrent_reservations_never_exceed_the_rate,
+                tokens_burst_up_to_the_bucket_then_refill,
+                concurrent_token_reservations_keep_to_the_bucket,
+                settling_gives_unused_tokens_back,
+                a_pause_holds_every_call_until_the_reset,
+                providers_have_their_own_budgets,
             ]
         );
     };

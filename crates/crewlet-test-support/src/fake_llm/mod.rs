@@ -13,15 +13,22 @@
 //!
 //! A request no rule answers gets a 500 whose message says so, and is
 //! recorded like every other.
+//!
+//! [`FakeLlmServer::cap_requests`] makes the server enforce a request rate
+//! as a provider does: at most N requests in any window of W (a sliding
+//! log); one over the cap is answered 429 with `Retry-After` (fractional
+//! seconds) and `x-ratelimit-reset-requests` saying when the oldest request
+//! leaves the window, and is counted ([`FakeLlmServer::rate_limited_count`]).
 
 mod script;
 mod wire;
 
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -63,6 +70,35 @@ struct Inner {
     requests: Mutex<Vec<RecordedRequest>>,
     recording: AtomicBool,
     ids: AtomicU64,
+    cap: Mutex<Option<RateCap>>,
+    rate_limited: AtomicU64,
+    accepted: AtomicU64,
+}
+
+/// At most `limit` requests in any `window`.
+struct RateCap {
+    limit: usize,
+    window: Duration,
+    starts: VecDeque<tokio::time::Instant>,
+}
+
+impl RateCap {
+    /// Admits a request now, or says how long until one would be.
+    fn admit(&mut self, now: tokio::time::Instant) -> Result<(), Duration> {
+        while let Some(&first) = self.starts.front() {
+            if now.duration_since(first) >= self.window {
+                self.starts.pop_front();
+            } else {
+                break;
+            }
+        }
+        if self.starts.len() < self.limit {
+            self.starts.push_back(now);
+            return Ok(());
+        }
+        let oldest = self.starts.front().copied().unwrap_or(now);
+        Err((oldest + self.window).saturating_duration_since(now))
+    }
 }
 
 /// A running fake server; stops when dropped.
@@ -81,6 +117,9 @@ impl FakeLlmServer {
             requests: Mutex::new(Vec::new()),
             recording: AtomicBool::new(true),
             ids: AtomicU64::new(1),
+            cap: Mutex::new(None),
+            rate_limited: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
@@ -137,6 +176,26 @@ impl FakeLlmServer {
 
     pub fn request_count(&self) -> usize {
         self.inner.requests.lock().len()
+    }
+
+    /// Enforces at most `limit` requests in any `window` from now on (see
+    /// the module docs); `limit` 0 removes the cap.
+    pub fn cap_requests(&self, limit: usize, window: Duration) {
+        *self.inner.cap.lock() = (limit > 0).then(|| RateCap {
+            limit,
+            window,
+            starts: VecDeque::new(),
+        });
+    }
+
+    /// Requests answered 429 by the rate cap.
+    pub fn rate_limited_count(&self) -> u64 {
+        self.inner.rate_limited.load(Ordering::Relaxed)
+    }
+
+    /// Requests the rate cap let through (every request without a cap).
+    pub fn accepted_count(&self) -> u64 {
+        self.inner.accepted.load(Ordering::Relaxed)
     }
 
     /// Forgets the recorded requests.
@@ -225,6 +284,26 @@ async fn serve(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let over_cap = inner
+        .cap
+        .lock()
+        .as_mut()
+        .and_then(|cap| cap.admit(tokio::time::Instant::now()).err());
+    if let Some(reset) = over_cap {
+        inner.rate_limited.fetch_add(1, Ordering::Relaxed);
+        let secs = format!("{:.3}", reset.as_secs_f64());
+        let mut resp = wire::error(
+            wire,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&secs),
+            "fake llm: request rate limit reached",
+        );
+        if let Ok(v) = format!("{}ms", reset.as_millis()).parse() {
+            resp.headers_mut().insert("x-ratelimit-reset-requests", v);
+        }
+        return resp;
+    }
+    inner.accepted.fetch_add(1, Ordering::Relaxed);
     let headers = header_map(&headers);
     let key = api_key(&headers);
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -334,6 +413,23 @@ mod tests {
         assert_eq!(s.tool_choice, "required");
         assert!(s.last_is_tool_result);
         assert_eq!(s.last_tool_result.as_deref(), Some("ok!"));
+    }
+
+    #[test]
+    fn the_rate_cap_is_a_sliding_window() {
+        let t0 = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        let mut cap = RateCap {
+            limit: 2,
+            window: ms(1000),
+            starts: VecDeque::new(),
+        };
+        assert_eq!(cap.admit(t0), Ok(()));
+        assert_eq!(cap.admit(t0 + ms(400)), Ok(()));
+        assert_eq!(cap.admit(t0 + ms(900)), Err(ms(100)));
+        assert_eq!(cap.admit(t0 + ms(1000)), Ok(()));
+        assert_eq!(cap.admit(t0 + ms(1100)), Err(ms(300)));
+        assert_eq!(cap.admit(t0 + ms(1400)), Ok(()));
     }
 
     #[test]

@@ -217,10 +217,13 @@ impl TurnEngine {
             Some(&trigger.task_id),
         );
         join_trigger_trace(&span, trigger.trace);
-        let outcome = self
-            .run_in_span(seat, trigger, &span)
-            .instrument(span.clone())
-            .await;
+        // Every model call of the turn draws its retries from one budget.
+        let outcome = crewlet_llm::with_retry_budget(
+            crewlet_llm::RETRIES_PER_TURN,
+            self.run_in_span(seat, trigger, &span),
+        )
+        .instrument(span.clone())
+        .await;
         span.record("llm_input_tokens", i64_of(outcome.usage.input_tokens));
         span.record("llm_output_tokens", i64_of(outcome.usage.output_tokens));
         span.record(
