@@ -45,7 +45,7 @@ pub(super) fn fits(used: u64, tokens: u64, max: u64) -> bool {
 /// Whether `used` has reached `warn_at` of a cap (never for no cap or no
 /// warning).
 pub(super) fn crosses(used: u64, max: u64, warn_at: f64) -> bool {
-    if max == 0 || !(warn_at > 0.0) {
+    if max == 0 || warn_at.is_nan() || warn_at <= 0.0 {
         return false;
     }
     // Caps are far below 2^53: the product is exact enough.

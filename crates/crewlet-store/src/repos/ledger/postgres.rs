@@ -186,7 +186,7 @@ impl PostgresTokenLedger {
             tx.execute(FINISH_SCOPE, &[scope, &held, &actual])
                 .await
                 .map_err(query_err(format!("settling budget scope `{scope}`")))?;
-            if actual == 0 || !(warn_at > 0.0) {
+            if actual == 0 || warn_at.is_nan() || warn_at <= 0.0 {
                 continue;
             }
             let max: Option<i64> = tx
@@ -225,7 +225,7 @@ impl PostgresTokenLedger {
 
 /// The tokens at which a cap of `max` warns at fraction `warn_at`.
 fn warn_threshold(max: i64, warn_at: f64) -> Option<i64> {
-    if max <= 0 || !(warn_at > 0.0) {
+    if max <= 0 || warn_at.is_nan() || warn_at <= 0.0 {
         return None;
     }
     // Caps are far below 2^53; the cast back saturates.
