@@ -104,6 +104,7 @@ async fn one_webhook_is_one_exported_trace_across_api_and_engine() {
         slack_secret: SLACK_SECRET,
         engine_env: &engine_env,
         api_env: &exporting,
+        api_token: None,
     })
     .await;
     let base = split.base.clone();

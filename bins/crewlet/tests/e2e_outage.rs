@@ -133,6 +133,7 @@ impl Run {
             slack_secret: SLACK_SECRET,
             engine_env: &logs,
             api_env: &logs,
+            api_token: None,
         })
         .await;
         let direct = connect(&db.dsn).await;

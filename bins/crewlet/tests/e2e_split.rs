@@ -39,6 +39,7 @@ async fn webhook_to_api_process_runs_a_turn_in_the_engine_process() {
         slack_secret: SLACK_SECRET,
         engine_env: &logs,
         api_env: &logs,
+        api_token: None,
     })
     .await;
     let base = split.base.clone();

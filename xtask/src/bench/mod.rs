@@ -69,6 +69,8 @@ benches! {
     Budgets => budgets,
     /// Provider quotas: 100 seats against a fake provider capped at 60 requests per minute (429 + Retry-After), memory and PostgreSQL limiters: 429s seen (target 0), achieved rate (target within 5% of the cap).
     Quotas => quotas,
+    /// Live edit: PUT /config/roles/{handle} on the standalone API to `config_revision_applied` from the engine, on Pulsar + PostgreSQL: p50/p99 (target < 2 s).
+    LiveEdit => live_edit,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

@@ -335,6 +335,9 @@ pub struct SplitOptions<'a> {
     pub slack_secret: &'a str,
     pub engine_env: &'a [(&'a str, &'a str)],
     pub api_env: &'a [(&'a str, &'a str)],
+    /// An API bearer token with every scope (none: the API's own local
+    /// operator token only).
+    pub api_token: Option<&'a str>,
 }
 
 impl SplitDeployment {
@@ -346,7 +349,10 @@ impl SplitDeployment {
         let mcp_log = dir.join("mcp.jsonl");
         let fake_mcp = crewlet_fake_mcp::binary_path().unwrap_or_else(|e| panic!("{e}"));
         let config = format!(
-            "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar}\"\n    tenant: {tenant}\n    namespace: \"{ns}\"\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: 0\nsecurity:\n  mcp_commands: [\"{mcp}\"]\n",
+            "providers:\n  queue:\n    type: pulsar\n    url: \"{pulsar}\"\n    tenant: {tenant}\n    namespace: \"{ns}\"\n  database:\n    dsn: \"{dsn}\"\napi:\n  host: 127.0.0.1\n  port: 0\n{auth}security:\n  mcp_commands: [\"{mcp}\"]\n",
+            auth = o.api_token.map_or_else(String::new, |t| format!(
+                "  auth:\n    tokens:\n      - {{id: e2e-admin, token: \"{t}\", scopes: [read, operate, admin]}}\n"
+            )),
             pulsar = o.pulsar_url,
             tenant = namespace.tenant,
             ns = namespace.name,
