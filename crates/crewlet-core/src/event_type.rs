@@ -148,6 +148,7 @@ event_types! {
     ExecuteMissingTool = "execute.missing_tool" => System,
     ConfigRevisionActivated = "config_revision_activated" => System,
     ConfigRevisionApplied = "config_revision_applied" => System,
+    SeatControl = "seat_control" => System,
     // communication
     MessageSent = "message_sent" => Communication,
     // decision

@@ -71,6 +71,8 @@ pub(crate) struct SeatRuntime {
     handled: RecentIds<Uuid>,
     /// The budget refusal that paused the seat, until it is lifted.
     paused: Mutex<Option<crewlet_store::BudgetRefusal>>,
+    /// Told by a `resume` on the seat's control topic: check the pause now.
+    resume: Notify,
 }
 
 struct Status {
@@ -89,7 +91,14 @@ impl SeatRuntime {
             }),
             handled: RecentIds::new(REMEMBERED_TASKS),
             paused: Mutex::new(None),
+            resume: Notify::new(),
         }
+    }
+
+    /// A `resume` came on the seat's control topic (a budget was reset or
+    /// raised): a paused seat checks its budget at once.
+    pub fn wake_paused(&self) {
+        self.resume.notify_waiters();
     }
 
     fn lock(&self) -> parking_lot::MutexGuard<'_, Status> {
@@ -357,8 +366,10 @@ impl InboxHandler {
             if self.runtime.is_draining() {
                 return Err(stopping());
             }
+            let resumed = self.seat.resume.notified();
             tokio::select! {
                 () = tokio::time::sleep(PAUSE_POLL) => {}
+                () = resumed => {}
                 () = &mut drain => return Err(stopping()),
             }
         }
@@ -497,5 +508,34 @@ impl InboxHandler {
         self.seat.handled.insert(event.id);
         debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");
         Ok(Some(outcome))
+    }
+}
+
+/// The handler of a seat's control topic (`crewlet.agent.{handle}.control`):
+/// `seat_control` commands for the seat wherever it runs (the member is
+/// attached and detached with its inbox's). `resume` makes a seat paused
+/// by a spent budget check it at once; other commands are logged and
+/// dropped.
+pub(crate) struct ControlHandler {
+    pub seat: Arc<SeatRuntime>,
+}
+
+#[async_trait]
+impl EventHandler for ControlHandler {
+    async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
+        let event = &delivery.event;
+        if event.event_type != EventType::SeatControl {
+            return Ok(());
+        }
+        match event.payload["command"].as_str() {
+            Some("resume") => {
+                debug!(agent = %self.seat.seat.handle, "resume on the control topic");
+                self.seat.wake_paused();
+            }
+            other => {
+                debug!(agent = %self.seat.seat.handle, command = ?other, "unknown seat control command; dropped");
+            }
+        }
+        Ok(())
     }
 }

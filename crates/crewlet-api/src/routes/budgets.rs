@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use crewlet_config::{BudgetPeriod, Company, Organization};
+use crewlet_core::{Event, EventType};
 use crewlet_store::{BudgetRow, StoreError, UsageRow, agent_scope, unit_scope};
 use serde::Serialize;
 use tracing::{info, warn};
@@ -290,5 +291,50 @@ pub async fn reset_budget(
         Err(e) => return Err(e.into()),
     }
     info!(scope = %key, by = %caller.name(), "budget reset");
+    resume_seats(&state, &key).await;
     Ok(Json(BudgetReset { scope: key }))
+}
+
+/// Tells every seat spending from budget `scope` to check its budget now
+/// (`seat_control` `resume` on its control topic): a seat paused by it
+/// takes work again at once, on whichever engine runs it.
+async fn resume_seats(state: &ApiState, scope: &str) {
+    let Some(org) = state.view().and_then(|v| v.organization()) else {
+        return;
+    };
+    let handles: Vec<String> = if scope == crewlet_store::ORG_SCOPE {
+        org.agents().map(|s| s.handle.clone()).collect()
+    } else if let Some(unit) = scope.strip_prefix("unit:") {
+        org.units()
+            .iter()
+            .position(|u| u.name == unit)
+            .map(|i| {
+                org.seats_under(i)
+                    .into_iter()
+                    .filter(|s| s.is_agent())
+                    .map(|s| s.handle.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        org.agents()
+            .filter(|s| agent_scope(&s.agent_id) == scope)
+            .map(|s| s.handle.clone())
+            .collect()
+    };
+    let queue = &state.inner().queue;
+    for handle in handles {
+        let event = Event::new(EventType::SeatControl, "api.budgets")
+            .with_summary(format!("resume {handle}: budget `{scope}` reset"))
+            .with_agent_handle(handle.as_str())
+            .with_payload(serde_json::json!({
+                "command": "resume",
+                "reason": "budget_reset",
+                "scope": scope,
+            }));
+        let route = crewlet_queue::topics::agent_control(&handle);
+        if let Err(e) = queue.publish(&route.topic, &event).await {
+            warn!(agent = %handle, error = %e, "cannot tell a seat its budget was reset; it notices on its next check");
+        }
+    }
 }

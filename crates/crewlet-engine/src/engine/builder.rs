@@ -39,6 +39,11 @@ use crate::tools::builtin::LookupColleague;
 /// Seats subscribing to their inboxes at once during boot.
 const SUBSCRIBE_CONCURRENCY: usize = 32;
 
+/// The key of a seat's control member among the engine's subscriptions.
+pub(super) fn control_key(handle: &str) -> String {
+    format!("{handle}#control")
+}
+
 /// Builds and starts an [`Engine`].
 pub struct EngineBuilder {
     company: Company,
@@ -572,6 +577,27 @@ impl Engine {
                     .with_batch(batch),
             )
             .await?;
+        // The seat's control topic, attached with its inbox.
+        let control = topics::agent_control(&handle);
+        match self
+            .shared
+            .queue
+            .subscribe(
+                &control.topic,
+                &control.group,
+                Arc::new(crate::seat::ControlHandler { seat: seat.clone() }),
+            )
+            .await
+        {
+            Ok(c) => self
+                .shared
+                .subscriptions
+                .lock()
+                .push((control_key(&handle), c)),
+            Err(e) => {
+                warn!(agent = %handle, error = %e, "cannot attach the seat's control topic; a paused seat resumes on its own poll")
+            }
+        }
         seat.set_state(SeatState::Idle);
         Ok((handle, sub))
     }

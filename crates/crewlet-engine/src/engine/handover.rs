@@ -111,15 +111,16 @@ impl Engine {
             }
             seat.set_state(SeatState::Terminated);
         }
-        let sub = {
+        let control = super::builder::control_key(handle);
+        let subs: Vec<crewlet_queue::Subscription> = {
             let mut subs = shared.subscriptions.lock();
-            subs.iter()
-                .position(|(h, _)| h == handle)
-                .map(|i| subs.swap_remove(i).1)
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *subs)
+                .into_iter()
+                .partition(|(h, _)| h == handle || *h == control);
+            *subs = rest;
+            mine.into_iter().map(|(_, s)| s).collect()
         };
-        if let Some(sub) = sub {
-            sub.close().await;
-        }
+        futures::future::join_all(subs.into_iter().map(|s| s.close())).await;
         let route = topics::agent_inbox(handle);
         if let Err(e) = shared.queue.resume(&route.topic, &route.group) {
             warn!(agent = %handle, error = %e, "cannot release the inbox of a retired seat");

@@ -1,0 +1,166 @@
+//! Budget policies in a running engine: the warning threshold publishes
+//! `budget_warning` once, a spent budget fails the turn it stops and
+//! pauses the seat (its next task waits in the inbox, the seat shows
+//! `paused`), and a reset through the API resumes it at once (a `resume`
+//! on the seat's control topic); the waiting task then runs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use crewlet_config::{ApiToken, Bootstrap};
+use crewlet_engine::RunOptions;
+use crewlet_engine::run::run_until;
+use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const WAIT: Duration = Duration::from_secs(90);
+const TOKEN: &str = "budget-pause-token";
+
+/// Every call costs 20,000 tokens.
+fn costly_turn() -> Script {
+    Script::new()
+        .on(
+            When::tool_offered("submit_plan"),
+            Reply::tool_call(
+                "submit_plan",
+                json!({"decision": "direct", "reasoning": "simple", "steps": [{"intent": "answer"}]}),
+            )
+            .usage(19_000, 1_000),
+        )
+        .on(When::any(), Reply::text("done").usage(19_000, 1_000))
+}
+
+async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("request failed: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn post_task(base: &str, text: &str) -> String {
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{base}/agents/eng/tasks"),
+        Some(json!({ "text": text })),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    body["task_id"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn events(base: &str, event_type: &str) -> Vec<Value> {
+    let (_, body) = get(base, &format!("/events?type={event_type}&limit=200")).await;
+    body["events"].as_array().cloned().unwrap_or_default()
+}
+
+async fn ended(base: &str, event_type: &str, task_id: &str) -> bool {
+    events(base, event_type)
+        .await
+        .iter()
+        .any(|e| e["task_id"] == task_id)
+}
+
+async fn eng_state(base: &str) -> String {
+    let (_, agent) = get(base, "/agents/eng").await;
+    agent["state"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_pauses_the_seat_until_it_is_reset() {
+    let llm = FakeLlmServer::start(costly_turn())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let port = free_port();
+    let mut bootstrap = Bootstrap::default();
+    bootstrap.api.port = port;
+    bootstrap.api.auth.tokens = vec![ApiToken {
+        id: "founder".into(),
+        token: TOKEN.into(),
+        scopes: None,
+    }];
+    let (stop, stopped) = oneshot::channel::<()>();
+    let engine = tokio::spawn(run_until(bootstrap, RunOptions::default(), async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://127.0.0.1:{port}");
+    wait_for("/health", WAIT, || async {
+        (get(&base, "/health").await.0 == 200).then_some(())
+    })
+    .await;
+    let company = format!(
+        "name: Budget Co\ntoken_budget: 50000\nproviders:\n  llm:\n    m: {{type: openai-compatible, model: m, base_url: \"{}\"}}\nroles:\n  - {{name: Engineer, handle: eng}}\n",
+        llm.openai_base_url()
+    );
+    let resp = reqwest::Client::new()
+        .put(format!("{base}/config"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/yaml")
+        .header("x-summary", "budget test")
+        .body(company)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(resp.status().as_u16(), 201);
+    wait_ready(&base, WAIT).await;
+
+    // Task 1: 40,000 of 50,000, past the 80% warning.
+    let first = post_task(&base, "first job").await;
+    wait_for("the first job completed", WAIT, || async {
+        ended(&base, "task_completed", &first).await.then_some(())
+    })
+    .await;
+    let warnings = events(&base, "budget_warning").await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["payload"]["scope"], "org");
+    assert_eq!(warnings[0]["payload"]["max_tokens"], 50_000);
+
+    // Task 2 runs out: it fails, and the seat pauses.
+    let second = post_task(&base, "second job").await;
+    wait_for("the second job failed", WAIT, || async {
+        ended(&base, "task_failed", &second).await.then_some(())
+    })
+    .await;
+    assert_eq!(events(&base, "budget_exhausted").await.len(), 1);
+    let (_, budgets) = get(&base, "/budgets").await;
+    assert_eq!(budgets["org"]["state"], "exhausted", "{budgets}");
+
+    // Task 3 waits in the inbox while the seat is paused.
+    let third = post_task(&base, "third job").await;
+    wait_for("eng paused", WAIT, || async {
+        (eng_state(&base).await == "paused").then_some(())
+    })
+    .await;
+    assert!(!ended(&base, "task_completed", &third).await);
+    assert!(!ended(&base, "task_failed", &third).await);
+
+    // A reset resumes it: the waiting task runs.
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{base}/budgets/org/reset"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    wait_for("the third job completed", WAIT, || async {
+        ended(&base, "task_completed", &third).await.then_some(())
+    })
+    .await;
+    assert_eq!(eng_state(&base).await, "idle");
+    let (_, budgets) = get(&base, "/budgets").await;
+    assert_eq!(budgets["org"]["durable_used"], 40_000, "{budgets}");
+
+    let _ = stop.send(());
+    let result = tokio::time::timeout(WAIT, engine).await;
+    assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+}
