@@ -93,19 +93,22 @@ async fn main() -> Result<()> {
     let company_file = dir.join("company.yaml");
     std::fs::write(&company_file, company(args.seats))?;
 
-    let mut bootstrap = Bootstrap::default();
-    bootstrap.providers = BootstrapProviders {
-        queue: QueueConfig {
-            kind: QueueKind::Pulsar,
-            url: Some(pulsar_url.clone()),
-            namespace: namespace.clone(),
-            ..QueueConfig::default()
+    let mut bootstrap = Bootstrap {
+        providers: BootstrapProviders {
+            queue: Some(QueueConfig {
+                kind: QueueKind::Pulsar,
+                url: Some(pulsar_url.clone()),
+                namespace: namespace.clone(),
+                ..QueueConfig::default()
+            }),
+            database: Some(DatabaseConfig {
+                dsn: db.dsn.clone(),
+                embedding_dim: 1536,
+                max_connections: 16,
+            }),
+            knowledge: None,
         },
-        database: Some(DatabaseConfig {
-            dsn: db.dsn.clone(),
-            ..DatabaseConfig::default()
-        }),
-        ..BootstrapProviders::default()
+        ..Bootstrap::default()
     };
     bootstrap.api.port = 0;
     bootstrap.api.auth.tokens = vec![ApiToken {

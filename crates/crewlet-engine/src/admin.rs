@@ -424,7 +424,7 @@ pub async fn budgets_reset(
             None => None,
         };
         for s in scopes {
-            if s == "org" || s.starts_with("agent:") {
+            if s == "org" || s.starts_with("agent:") || s.starts_with("unit:") {
                 targets.push(s.clone());
                 continue;
             }
@@ -436,7 +436,7 @@ pub async fn budgets_reset(
                 Some(id) => targets.push(agent_scope(&id)),
                 None => {
                     return Err(EngineError::NotFound {
-                        what: "budget scope (use `org`, `agent:{id}` or a seat handle)",
+                        what: "budget scope (use `org`, `unit:{name}`, `agent:{id}` or a seat handle)",
                         key: s.clone(),
                     });
                 }

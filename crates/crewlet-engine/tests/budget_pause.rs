@@ -13,7 +13,7 @@ use crewlet_config::{ApiToken, Bootstrap};
 use crewlet_engine::RunOptions;
 use crewlet_engine::run::run_until;
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -31,44 +31,6 @@ fn costly_turn() -> Script {
             .usage(19_000, 1_000),
         )
         .on(When::any(), Reply::text("done").usage(19_000, 1_000))
-}
-
-async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .request(method, url)
-        .bearer_auth(TOKEN);
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let resp = req
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("request failed: {e}"));
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn post_task(base: &str, text: &str) -> String {
-    let (status, body) = call(
-        reqwest::Method::POST,
-        format!("{base}/agents/eng/tasks"),
-        Some(json!({ "text": text })),
-    )
-    .await;
-    assert_eq!(status, 202, "{body}");
-    body["task_id"].as_str().unwrap_or_default().to_owned()
-}
-
-async fn events(base: &str, event_type: &str) -> Vec<Value> {
-    let (_, body) = get(base, &format!("/events?type={event_type}&limit=200")).await;
-    body["events"].as_array().cloned().unwrap_or_default()
-}
-
-async fn ended(base: &str, event_type: &str, task_id: &str) -> bool {
-    events(base, event_type)
-        .await
-        .iter()
-        .any(|e| e["task_id"] == task_id)
 }
 
 async fn eng_state(base: &str) -> String {
@@ -115,45 +77,50 @@ async fn a_spent_budget_pauses_the_seat_until_it_is_reset() {
     wait_ready(&base, WAIT).await;
 
     // Task 1: 40,000 of 50,000, past the 80% warning.
-    let first = post_task(&base, "first job").await;
+    let first = post_agent_task(&base, TOKEN, "eng", "first job").await;
     wait_for("the first job completed", WAIT, || async {
-        ended(&base, "task_completed", &first).await.then_some(())
+        task_has(&base, "task_completed", &first)
+            .await
+            .then_some(())
     })
     .await;
-    let warnings = events(&base, "budget_warning").await;
+    let warnings = api_events(&base, "budget_warning").await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0]["payload"]["scope"], "org");
     assert_eq!(warnings[0]["payload"]["max_tokens"], 50_000);
 
     // Task 2 runs out: it fails, and the seat pauses.
-    let second = post_task(&base, "second job").await;
+    let second = post_agent_task(&base, TOKEN, "eng", "second job").await;
     wait_for("the second job failed", WAIT, || async {
-        ended(&base, "task_failed", &second).await.then_some(())
+        task_has(&base, "task_failed", &second).await.then_some(())
     })
     .await;
-    assert_eq!(events(&base, "budget_exhausted").await.len(), 1);
+    assert_eq!(api_events(&base, "budget_exhausted").await.len(), 1);
     let (_, budgets) = get(&base, "/budgets").await;
     assert_eq!(budgets["org"]["state"], "exhausted", "{budgets}");
 
     // Task 3 waits in the inbox while the seat is paused.
-    let third = post_task(&base, "third job").await;
+    let third = post_agent_task(&base, TOKEN, "eng", "third job").await;
     wait_for("eng paused", WAIT, || async {
         (eng_state(&base).await == "paused").then_some(())
     })
     .await;
-    assert!(!ended(&base, "task_completed", &third).await);
-    assert!(!ended(&base, "task_failed", &third).await);
+    assert!(!task_has(&base, "task_completed", &third).await);
+    assert!(!task_has(&base, "task_failed", &third).await);
 
     // A reset resumes it: the waiting task runs.
-    let (status, body) = call(
+    let (status, body) = call_api(
         reqwest::Method::POST,
         format!("{base}/budgets/org/reset"),
+        TOKEN,
         None,
     )
     .await;
     assert_eq!(status, 200, "{body}");
     wait_for("the third job completed", WAIT, || async {
-        ended(&base, "task_completed", &third).await.then_some(())
+        task_has(&base, "task_completed", &third)
+            .await
+            .then_some(())
     })
     .await;
     assert_eq!(eng_state(&base).await, "idle");

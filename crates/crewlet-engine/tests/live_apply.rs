@@ -55,22 +55,6 @@ async fn put_company(base: &str, yaml: String) {
     assert_eq!(status, 201, "{body}");
 }
 
-async fn post_task(base: &str, text: &str) -> String {
-    let (status, body) = send(
-        reqwest::Method::POST,
-        format!("{base}/agents/eng/tasks"),
-        Some(("application/json", json!({ "text": text }).to_string())),
-    )
-    .await;
-    assert_eq!(status, 202, "{body}");
-    body["task_id"].as_str().unwrap_or_default().to_owned()
-}
-
-async fn events(base: &str, event_type: &str) -> Vec<Value> {
-    let (_, body) = get(base, &format!("/events?type={event_type}&limit=200")).await;
-    body["events"].as_array().cloned().unwrap_or_default()
-}
-
 async fn agents(base: &str) -> Vec<(String, String)> {
     let (_, agents) = get(base, "/agents").await;
     let mut out: Vec<(String, String)> = agents
@@ -88,13 +72,6 @@ async fn agents(base: &str) -> Vec<(String, String)> {
         .unwrap_or_default();
     out.sort();
     out
-}
-
-async fn task_ended(base: &str, task_id: &str) -> bool {
-    events(base, "task_completed")
-        .await
-        .iter()
-        .any(|e| e["task_id"] == task_id)
 }
 
 /// The text of every model request that carried `marker`.
@@ -138,7 +115,7 @@ async fn a_new_revision_is_applied_without_a_restart() {
     })
     .await;
 
-    let first = post_task(&base, "first job").await;
+    let first = post_agent_task(&base, TOKEN, "eng", "first job").await;
     wait_for("eng working on the first job", WAIT, || async {
         agents(&base)
             .await
@@ -150,7 +127,7 @@ async fn a_new_revision_is_applied_without_a_restart() {
     // Revision 2: eng's goal changes, ceo goes, qa comes.
     put_company(&base, company(&base_url, "Goal two", &["qa"])).await;
     let applied = wait_for("config_revision_applied", WAIT, || async {
-        events(&base, "config_revision_applied")
+        api_events(&base, "config_revision_applied")
             .await
             .first()
             .cloned()
@@ -164,7 +141,9 @@ async fn a_new_revision_is_applied_without_a_restart() {
 
     // The running turn was not interrupted: it ends, on revision 1.
     wait_for("the first job completed", WAIT, || async {
-        task_ended(&base, &first).await.then_some(())
+        task_has(&base, "task_completed", &first)
+            .await
+            .then_some(())
     })
     .await;
     let first_calls = requests_with(&llm, "first job");
@@ -177,9 +156,11 @@ async fn a_new_revision_is_applied_without_a_restart() {
     );
 
     // The seat's next task runs on revision 2.
-    let second = post_task(&base, "second job").await;
+    let second = post_agent_task(&base, TOKEN, "eng", "second job").await;
     wait_for("the second job completed", WAIT, || async {
-        task_ended(&base, &second).await.then_some(())
+        task_has(&base, "task_completed", &second)
+            .await
+            .then_some(())
     })
     .await;
     let second_calls = requests_with(&llm, "second job");
@@ -196,7 +177,7 @@ async fn a_new_revision_is_applied_without_a_restart() {
         (a == [("eng".into(), "idle".into()), ("qa".into(), "idle".into())]).then_some(())
     })
     .await;
-    let role_updated = events(&base, "role_updated").await;
+    let role_updated = api_events(&base, "role_updated").await;
     assert_eq!(role_updated.len(), 1, "{role_updated:?}");
     assert_eq!(role_updated[0]["payload"]["handle"], "eng");
     assert_eq!(
@@ -204,14 +185,14 @@ async fn a_new_revision_is_applied_without_a_restart() {
         json!(["role"])
     );
     let terminated = wait_for("ceo terminated", WAIT, || async {
-        let t = events(&base, "agent_terminated").await;
+        let t = api_events(&base, "agent_terminated").await;
         (!t.is_empty()).then_some(t)
     })
     .await;
     assert_eq!(terminated.len(), 1, "only the removed seat: {terminated:?}");
     assert_eq!(terminated[0]["payload"]["handle"], "ceo");
     assert_eq!(terminated[0]["payload"]["reason"], "removed");
-    let spawned: Vec<String> = events(&base, "agent_spawned")
+    let spawned: Vec<String> = api_events(&base, "agent_spawned")
         .await
         .iter()
         .filter_map(|e| e["payload"]["handle"].as_str().map(str::to_owned))
@@ -223,8 +204,15 @@ async fn a_new_revision_is_applied_without_a_restart() {
         ["ceo", "eng", "qa"],
         "eng is not spawned again"
     );
-    assert_eq!(events(&base, "org_started").await.len(), 1, "no restart");
-    assert!(events(&base, "org_stopped").await.is_empty(), "no restart");
+    assert_eq!(
+        api_events(&base, "org_started").await.len(),
+        1,
+        "no restart"
+    );
+    assert!(
+        api_events(&base, "org_stopped").await.is_empty(),
+        "no restart"
+    );
 
     let _ = stop.send(());
     let result = tokio::time::timeout(WAIT, engine).await;

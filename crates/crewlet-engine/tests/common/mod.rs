@@ -243,3 +243,53 @@ pub fn per_task(events: &[crewlet_core::Event]) -> std::collections::BTreeMap<St
     }
     out
 }
+
+/// `method url` with a bearer token and an optional JSON body: the status
+/// and the JSON answer (`null` when it is not JSON).
+pub async fn call_api(
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(token)
+        .header("x-summary", "test");
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("request failed: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// `POST /agents/{handle}/tasks {text}`: the task id (asserts 202).
+pub async fn post_agent_task(base: &str, token: &str, handle: &str, text: &str) -> String {
+    let (status, body) = call_api(
+        reqwest::Method::POST,
+        format!("{base}/agents/{handle}/tasks"),
+        token,
+        Some(json!({ "text": text })),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    body["task_id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The stored events of `event_type` through `GET /events` (newest first).
+pub async fn api_events(base: &str, event_type: &str) -> Vec<Value> {
+    let (_, body) = get(base, &format!("/events?type={event_type}&limit=200")).await;
+    body["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// Whether an event of `event_type` for `task_id` is stored.
+pub async fn task_has(base: &str, event_type: &str, task_id: &str) -> bool {
+    api_events(base, event_type)
+        .await
+        .iter()
+        .any(|e| e["task_id"] == task_id)
+}
