@@ -78,9 +78,38 @@ impl Api {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut gc = tokio::time::interval(limits.dedupe_gc);
             gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Activations by any process nudge a reload at once; the poll
+            // catches up on a missed nudge.
+            let mut nudges = match state
+                .inner()
+                .queue
+                .subscribe_stream(&crewlet_queue::topics::events(
+                    &crewlet_core::EventType::ConfigRevisionActivated,
+                ))
+                .await
+            {
+                Ok(stream) => Some(stream),
+                Err(e) => {
+                    warn!(error = %e, "cannot follow config activations on the queue; polling the store only");
+                    None
+                }
+            };
             loop {
+                let nudge = async {
+                    match nudges.as_mut() {
+                        Some(stream) => stream.recv().await.is_some(),
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = tick.tick() => state.reload_company().await,
+                    open = nudge => {
+                        if open {
+                            state.reload_company().await;
+                        } else {
+                            nudges = None;
+                        }
+                    }
                     _ = gc.tick() => {
                         if let Err(e) = state.inner().stores.webhooks.gc().await {
                             warn!(error = %e, "cannot delete old webhook delivery claims");
