@@ -420,6 +420,7 @@ async fn serve(
                 );
                 builder = builder.taking_over(running.clone());
             }
+            let applying = std::time::Instant::now();
             match builder.start().await {
                 Ok(next) => {
                     if let Some(previous) = engine.take() {
@@ -427,6 +428,10 @@ async fn serve(
                         previous.begin_retire();
                         let org = next.organization().clone();
                         retiring.retain(|t| !t.is_finished());
+                        let (n, p) = (next.clone(), previous.clone());
+                        retiring.push(tokio::spawn(async move {
+                            n.finish_takeover(&p, applying).await;
+                        }));
                         retiring.push(tokio::spawn(async move { previous.retire(&org).await }));
                     }
                     slot.set(Some(next.clone()));

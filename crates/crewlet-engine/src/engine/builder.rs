@@ -191,9 +191,6 @@ impl EngineBuilder {
         }
         engine.start_background();
         engine.mark_ready(started);
-        if let Some(from) = &predecessor {
-            engine.announce_applied(from, started, boot).await;
-        }
         Ok(engine)
     }
 
@@ -363,6 +360,7 @@ impl EngineBuilder {
             stopped: AtomicBool::new(false),
             retire_begun: AtomicBool::new(false),
             retiring: tokio::sync::watch::channel(false).0,
+            taken_over: tokio::sync::Notify::new(),
             started_at: Utc::now(),
             options,
         });

@@ -38,6 +38,9 @@ use crate::seat::SeatState;
 /// queue error, between tries.
 const ATTACH_RETRY: Duration = Duration::from_secs(1);
 
+/// How long [`Engine::finish_takeover`] waits for the idle seats to move.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(30);
+
 /// What a revision changed for one seat kept across it; empty when
 /// nothing that reaches its turns did.
 pub(crate) fn seat_changes(before: &Seat, after: &Seat) -> Vec<&'static str> {
@@ -224,6 +227,7 @@ impl Engine {
                 match me.subscribe_inbox(handle.clone()).await {
                     Ok(sub) => {
                         me.shared.subscriptions.lock().push(sub);
+                        me.shared.taken_over.notify_waiters();
                         return;
                     }
                     Err(e) => {
@@ -236,13 +240,54 @@ impl Engine {
         self.shared.tasks.lock().push(task);
     }
 
+    /// Once the revision is live (every seat it keeps taken over, except
+    /// those still finishing a turn of the previous one, whose next turn
+    /// will run here), publishes `config_revision_applied`. Called after
+    /// [`begin_retire`](Self::begin_retire) on `from`; gives up waiting
+    /// after [`TAKEOVER_WAIT`] and says so.
+    pub async fn finish_takeover(&self, from: &Engine, started: Instant) {
+        let deadline = tokio::time::Instant::now() + TAKEOVER_WAIT;
+        loop {
+            let notified = self.shared.taken_over.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let waiting = self
+                .shared
+                .order
+                .iter()
+                .filter(|h| {
+                    let mine = self
+                        .seat(h)
+                        .is_some_and(|s| s.state() == SeatState::Created);
+                    let busy = from
+                        .seat(h)
+                        .is_some_and(|s| s.state() == SeatState::Working);
+                    mine && !busy
+                })
+                .count();
+            if self.shared.stopped.load(Ordering::Acquire) {
+                return;
+            }
+            if waiting == 0 {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                warn!(
+                    waiting,
+                    "seats not taken over yet; announcing the revision anyway"
+                );
+                break;
+            }
+            // A turn of the predecessor ending changes `busy` too: look
+            // again now and then.
+            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+        }
+        self.announce_applied(from, started, TraceContext::new_root())
+            .await;
+    }
+
     /// `config_revision_applied`: the revision is live in this engine.
-    pub(crate) async fn announce_applied(
-        &self,
-        from: &Engine,
-        started: Instant,
-        boot: TraceContext,
-    ) {
+    async fn announce_applied(&self, from: &Engine, started: Instant, boot: TraceContext) {
         let (org, old) = (&self.shared.org, &from.shared.org);
         let added: Vec<&str> = self
             .shared

@@ -89,6 +89,8 @@ struct Shared {
     /// True once the engine retires in favour of a successor: its seats
     /// may be taken over.
     retiring: tokio::sync::watch::Sender<bool>,
+    /// Told each time a seat taken over from the predecessor is attached.
+    taken_over: tokio::sync::Notify,
     started_at: DateTime<Utc>,
     options: EngineOptions,
 }
