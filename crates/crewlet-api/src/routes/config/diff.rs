@@ -23,11 +23,11 @@ pub struct DiffEntry {
     pub op: &'static str,
     /// JSON-pointer-like path, e.g. `/units/0/name` (lists are compared whole).
     pub path: String,
+    /// The value before (any JSON value; absent for `add`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub old: Option<Value>,
+    /// The value after (any JSON value; absent for `remove`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub new: Option<Value>,
 }
 

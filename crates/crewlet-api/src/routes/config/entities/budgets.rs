@@ -37,7 +37,7 @@ pub async fn get_budgets(_: AdminAccess, State(state): State<ApiState>) -> HttpR
 /// spent cap lets its paused seats work again.
 #[utoipa::path(put, path = "/config/budgets", tag = "config",
     request_body(description = "some of `token_budget`, `budget_policy`, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: generated, e.g. `Updated budgets (token_budget)`)")),

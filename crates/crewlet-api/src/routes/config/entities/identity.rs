@@ -39,7 +39,7 @@ pub async fn get_identity(
 /// `mission` or `vision`). Any other key is refused.
 #[utoipa::path(put, path = "/config/identity", tag = "config",
     request_body(description = "some of `name`, `mission`, `vision`, `policies`, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: generated, e.g. `Updated identity (mission, vision)`)")),

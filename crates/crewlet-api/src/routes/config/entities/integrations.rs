@@ -97,7 +97,7 @@ pub async fn get_integration(
 /// Sets one integration block: the body replaces `integrations.<kind>`.
 #[utoipa::path(put, path = "/config/integrations/{kind}", tag = "config",
     request_body(description = "the block, YAML or JSON (keep secrets as `${VAR}` references)", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("kind" = String, Path, description = "`confluence`, `github`, `gitlab`, `jira`, `mattermost`, `plane` or `slack`"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),

@@ -75,7 +75,7 @@ pub async fn get_mcp_server(
 /// Adds an MCP server. The body needs a `name` no server has.
 #[utoipa::path(post, path = "/config/mcp-servers", tag = "config",
     request_body(description = "the server, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: `Added MCP server '<name>'`)")),
@@ -118,7 +118,7 @@ pub async fn post_mcp_server(
 /// stay); `name` stays the path's. A name no server has adds one (ours).
 #[utoipa::path(put, path = "/config/mcp-servers/{name}", tag = "config",
     request_body(description = "keys of the server to set, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("name" = String, Path, description = "the server's name"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),

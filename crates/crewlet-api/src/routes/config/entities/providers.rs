@@ -62,7 +62,7 @@ pub async fn get_llm_provider(
 /// adds it (last).
 #[utoipa::path(put, path = "/config/llm-providers/{key}", tag = "config",
     request_body(description = "the provider, YAML or JSON (keep secrets as `${VAR}` references)", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("key" = String, Path, description = "the provider's key in `providers.llm`"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),

@@ -69,7 +69,7 @@ pub async fn get_role(
 /// needs a `name`; a handle another role has is refused.
 #[utoipa::path(post, path = "/config/roles", tag = "config",
     request_body(description = "the role, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: generated, e.g. `Added role 'QA'`)")),
@@ -113,7 +113,7 @@ pub async fn post_role(
 /// A handle no role has adds an org-wide role with that handle (ours).
 #[utoipa::path(put, path = "/config/roles/{handle}", tag = "config",
     request_body(description = "keys of the role to set, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("handle" = String, Path, description = "the role's handle, or the handle its name derives to"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),

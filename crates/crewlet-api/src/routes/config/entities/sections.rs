@@ -74,7 +74,7 @@ pub async fn get_turn_engine(
 /// Replaces `turn_engine`: keys the body leaves out take their defaults.
 #[utoipa::path(put, path = "/config/turn-engine", tag = "config",
     request_body(description = "the `turn_engine` block, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: `Updated turn_engine`)")),
@@ -114,7 +114,7 @@ pub async fn get_learning(
 /// Replaces `learning`: keys the body leaves out take their defaults.
 #[utoipa::path(put, path = "/config/learning", tag = "config",
     request_body(description = "the `learning` block, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: `Updated learning`)")),
@@ -155,7 +155,7 @@ pub async fn get_embeddings(
 /// Replaces `providers.embeddings`.
 #[utoipa::path(put, path = "/config/embeddings", tag = "config",
     request_body(description = "the embedding provider, YAML or JSON (keep secrets as `${VAR}` references)", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: `Updated embeddings`)")),

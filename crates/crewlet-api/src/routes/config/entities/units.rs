@@ -64,7 +64,7 @@ pub async fn get_unit(
 /// a `name` no top-level unit has.
 #[utoipa::path(post, path = "/config/units", tag = "config",
     request_body(description = "the unit, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
         ("X-Summary" = Option<String>, Header, nullable = false, description = "what changed (default: generated, e.g. `Added unit 'QA'`)")),
@@ -109,7 +109,7 @@ pub async fn post_unit(
 /// path's. A name no unit has adds a top-level unit (ours).
 #[utoipa::path(put, path = "/config/units/{name}", tag = "config",
     request_body(description = "keys of the unit to set, YAML or JSON", content(
-        (Object = "application/json"), (String = "application/yaml"))),
+        (Object = "application/json"), (Object = "application/yaml"))),
     params(
         ("name" = String, Path, description = "the unit's name (at any depth)"),
         ("If-Match" = Option<String>, Header, nullable = false, description = "the revision the edit is based on, as for PUT /config"),
