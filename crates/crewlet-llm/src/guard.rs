@@ -283,6 +283,10 @@ impl LlmProvider for GuardedProvider {
         self.inner.model()
     }
 
+    fn max_tokens(&self) -> Option<u32> {
+        self.inner.max_tokens()
+    }
+
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         let g = &self.guard;
         let estimate = self.estimate(request);

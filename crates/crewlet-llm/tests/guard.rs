@@ -304,3 +304,21 @@ async fn streamed_calls_are_scheduled_and_counted_too() {
         at[1] - at[0]
     );
 }
+
+#[test]
+fn the_guard_passes_on_the_providers_output_cap() {
+    // The budget gate bounds a call's cost with the provider's own
+    // `max_tokens`: the guard must not hide it.
+    let config = crewlet_llm::ProviderConfig::new(
+        "main",
+        crewlet_llm::ProviderKind::OpenAiCompatible,
+        "fake-model",
+    )
+    .with_base_url("http://127.0.0.1:9/v1")
+    .with_max_tokens(12_345);
+    let client = crewlet_llm::http_client().unwrap_or_else(|e| panic!("{e}"));
+    let inner = crewlet_llm::build_provider(&config, &client).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(inner.max_tokens(), Some(12_345));
+    let guarded = GuardedProvider::new(inner, GuardOptions::default());
+    assert_eq!(guarded.max_tokens(), Some(12_345));
+}
