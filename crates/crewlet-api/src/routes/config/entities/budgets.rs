@@ -4,10 +4,9 @@
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::response::Response;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::super::records::RevisionRecord;
-use super::{Edit, active_document, apply, body_problem, read_body};
 use crate::auth::AdminAccess;
 use crate::error::{ErrorBody, HttpResult};
 use crate::state::ApiState;
@@ -24,12 +23,7 @@ const FIELDS: [&str; 2] = ["token_budget", "budget_policy"];
         (status = 404, description = "`no_active_revision`", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_budgets(_: AdminAccess, State(state): State<ApiState>) -> HttpResult<Json<Value>> {
-    let doc = active_document(&state).await?;
-    let budgets: Map<String, Value> = FIELDS
-        .iter()
-        .filter_map(|k| doc.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    Ok(Json(Value::Object(budgets)))
+    Ok(Json(super::top_level::read(&state, &FIELDS).await?))
 }
 
 /// Sets the budget keys the body has, e.g. `{"token_budget": 20000000}`
@@ -56,29 +50,13 @@ pub async fn put_budgets(
     State(state): State<ApiState>,
     request: Request,
 ) -> HttpResult<Response> {
-    let (headers, body) = read_body(&state, request).await?;
-    if let Some(other) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(body_problem(
-            other,
-            format!(
-                "`{other}` is not a budget setting ({}); unit and role budgets are set on the unit or role",
-                FIELDS.join(", ")
-            ),
-        ));
-    }
-    apply(&state, &caller, &headers, |doc| {
-        let mut changed = Vec::new();
-        for (k, v) in body {
-            if doc.get(&k) != Some(&v) {
-                changed.push(k.clone());
-            }
-            if v.is_null() {
-                doc.remove(&k);
-            } else {
-                doc.insert(k, v);
-            }
-        }
-        Ok(Edit::new(super::updated("budgets", &changed)))
-    })
+    super::top_level::write(
+        &state,
+        &caller,
+        request,
+        &FIELDS,
+        "budgets",
+        "unit and role budgets are set on the unit or role",
+    )
     .await
 }

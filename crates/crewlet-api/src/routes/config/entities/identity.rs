@@ -4,10 +4,9 @@
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::response::Response;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::super::records::RevisionRecord;
-use super::{Edit, active_document, apply, body_problem, read_body};
 use crate::auth::AdminAccess;
 use crate::error::{ErrorBody, HttpResult};
 use crate::state::ApiState;
@@ -27,12 +26,7 @@ pub async fn get_identity(
     _: AdminAccess,
     State(state): State<ApiState>,
 ) -> HttpResult<Json<Value>> {
-    let doc = active_document(&state).await?;
-    let identity: Map<String, Value> = FIELDS
-        .iter()
-        .filter_map(|k| doc.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    Ok(Json(Value::Object(identity)))
+    Ok(Json(super::top_level::read(&state, &FIELDS).await?))
 }
 
 /// Sets the identity keys the body has (the others stay; `null` unsets
@@ -58,25 +52,13 @@ pub async fn put_identity(
     State(state): State<ApiState>,
     request: Request,
 ) -> HttpResult<Response> {
-    let (headers, body) = read_body(&state, request).await?;
-    if let Some(other) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(body_problem(
-            other,
-            format!(
-                "`{other}` is not part of the identity ({}); PUT /config changes the rest",
-                FIELDS.join(", ")
-            ),
-        ));
-    }
-    apply(&state, &caller, &headers, |doc| {
-        let mut changed = Vec::new();
-        for (k, v) in body {
-            if doc.get(&k) != Some(&v) {
-                changed.push(k.clone());
-            }
-            doc.insert(k, v);
-        }
-        Ok(Edit::new(super::updated("identity", &changed)))
-    })
+    super::top_level::write(
+        &state,
+        &caller,
+        request,
+        &FIELDS,
+        "identity",
+        "PUT /config changes the rest",
+    )
     .await
 }

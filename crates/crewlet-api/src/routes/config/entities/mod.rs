@@ -19,6 +19,7 @@ pub(crate) mod mcp_servers;
 pub(crate) mod providers;
 pub(crate) mod roles;
 pub(crate) mod sections;
+mod top_level;
 mod tree;
 pub(crate) mod units;
 
