@@ -319,18 +319,14 @@ impl InboxHandler {
         let Some(refusal) = self.seat.paused.lock().clone() else {
             return Ok(());
         };
-        let scope = match refusal.budget_type {
-            crewlet_store::BudgetType::Org => crewlet_store::ORG_SCOPE.to_owned(),
-            crewlet_store::BudgetType::Unit => {
-                crewlet_store::unit_scope(refusal.unit.as_deref().unwrap_or_default())
-            }
-            crewlet_store::BudgetType::Agent => {
-                crewlet_store::agent_scope(&self.seat.seat.agent_id)
-            }
-        };
+        let scope = refusal.scope(&self.seat.seat.agent_id);
         let period = self.runtime.turns.company().budget_period;
         let mut logged = false;
         loop {
+            // Armed before the ledger is read: a resume sent meanwhile counts.
+            let resumed = self.seat.resume.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
             let lifted = match self
                 .runtime
                 .stores
@@ -338,12 +334,10 @@ impl InboxHandler {
                 .scope_rows(std::slice::from_ref(&scope))
                 .await
             {
+                // A reset clears the refusal; a new period starts over.
                 Ok(rows) => rows.first().is_none_or(|row| {
-                    let new_period = period
-                        .window(Utc::now())
-                        .is_some_and(|w| row.period_start.is_none_or(|s| s < w));
-                    // A reset clears the refusal; a new period starts over.
-                    row.refused_at.is_none() || new_period
+                    row.refused_at.is_none()
+                        || crewlet_store::new_period(row.period_start, period.window(Utc::now()))
                 }),
                 Err(e) => {
                     debug!(agent = %self.seat.seat.handle, error = %e, "cannot read the budget ledger; the seat stays paused");
@@ -366,7 +360,6 @@ impl InboxHandler {
             if self.runtime.is_draining() {
                 return Err(stopping());
             }
-            let resumed = self.seat.resume.notified();
             tokio::select! {
                 () = tokio::time::sleep(PAUSE_POLL) => {}
                 () = resumed => {}

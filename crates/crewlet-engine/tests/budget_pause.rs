@@ -9,12 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use crewlet_config::{ApiToken, Bootstrap};
-use crewlet_engine::RunOptions;
-use crewlet_engine::run::run_until;
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(90);
 const TOKEN: &str = "budget-pause-token";
@@ -43,23 +39,8 @@ async fn a_spent_budget_pauses_the_seat_until_it_is_reset() {
     let llm = FakeLlmServer::start(costly_turn())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let port = free_port();
-    let mut bootstrap = Bootstrap::default();
-    bootstrap.api.port = port;
-    bootstrap.api.auth.tokens = vec![ApiToken {
-        id: "founder".into(),
-        token: TOKEN.into(),
-        scopes: None,
-    }];
-    let (stop, stopped) = oneshot::channel::<()>();
-    let engine = tokio::spawn(run_until(bootstrap, RunOptions::default(), async move {
-        let _ = stopped.await;
-    }));
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for("/health", WAIT, || async {
-        (get(&base, "/health").await.0 == 200).then_some(())
-    })
-    .await;
+    let engine = RunningEngine::start(TOKEN, WAIT).await;
+    let base = engine.base.clone();
     let company = format!(
         "name: Budget Co\ntoken_budget: 50000\nproviders:\n  llm:\n    m: {{type: openai-compatible, model: m, base_url: \"{}\"}}\nroles:\n  - {{name: Engineer, handle: eng}}\n",
         llm.openai_base_url()
@@ -127,7 +108,5 @@ async fn a_spent_budget_pauses_the_seat_until_it_is_reset() {
     let (_, budgets) = get(&base, "/budgets").await;
     assert_eq!(budgets["org"]["durable_used"], 40_000, "{budgets}");
 
-    let _ = stop.send(());
-    let result = tokio::time::timeout(WAIT, engine).await;
-    assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+    engine.stop(WAIT).await;
 }

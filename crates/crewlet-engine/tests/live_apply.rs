@@ -9,12 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use crewlet_config::{ApiToken, Bootstrap};
-use crewlet_engine::RunOptions;
-use crewlet_engine::run::run_until;
 use crewlet_test_support::fake_llm::FakeLlmServer;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 const WAIT: Duration = Duration::from_secs(90);
 const TOKEN: &str = "live-apply-token";
@@ -91,23 +87,8 @@ async fn a_new_revision_is_applied_without_a_restart() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let base_url = llm.openai_base_url();
-    let port = free_port();
-    let mut bootstrap = Bootstrap::default();
-    bootstrap.api.port = port;
-    bootstrap.api.auth.tokens = vec![ApiToken {
-        id: "founder".into(),
-        token: TOKEN.into(),
-        scopes: None,
-    }];
-    let (stop, stopped) = oneshot::channel::<()>();
-    let engine = tokio::spawn(run_until(bootstrap, RunOptions::default(), async move {
-        let _ = stopped.await;
-    }));
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for("/health", WAIT, || async {
-        (get(&base, "/health").await.0 == 200).then_some(())
-    })
-    .await;
+    let engine = RunningEngine::start(TOKEN, WAIT).await;
+    let base = engine.base.clone();
     put_company(&base, company(&base_url, "Goal one", &["ceo"])).await;
     wait_for("both seats idle on revision 1", WAIT, || async {
         let a = agents(&base).await;
@@ -214,7 +195,5 @@ async fn a_new_revision_is_applied_without_a_restart() {
         "no restart"
     );
 
-    let _ = stop.send(());
-    let result = tokio::time::timeout(WAIT, engine).await;
-    assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+    engine.stop(WAIT).await;
 }

@@ -50,7 +50,7 @@ pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollo
 pub use repos::ledger::{
     BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, BudgetWarning, ChargeOutcome,
     MemoryTokenLedger, ORG_SCOPE, PostgresTokenLedger, ReservationId, ReserveOutcome, TokenLedger,
-    UnitCap, UsageRow, agent_scope, unit_scope,
+    UnitCap, UsageRow, agent_scope, new_period, unit_scope,
 };
 pub use repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
 pub use repos::schedules::{

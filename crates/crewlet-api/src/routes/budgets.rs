@@ -114,10 +114,7 @@ impl Reader {
     fn scope(&self, max_tokens: u64, row: Option<&BudgetRow>) -> BudgetScope {
         // A row of an earlier period counts from 0 again (the ledger
         // starts it over at its next charge).
-        let stale = |r: &BudgetRow| {
-            self.window
-                .is_some_and(|w| r.period_start.is_none_or(|s| s < w))
-        };
+        let stale = |r: &BudgetRow| crewlet_store::new_period(r.period_start, self.window);
         let current = row.filter(|r| !stale(r));
         let used = current.map_or(0, |r| r.used_tokens);
         let refused = current.and_then(|r| r.refused_at);

@@ -115,19 +115,26 @@ impl Engine {
             seat.set_state(SeatState::Terminated);
         }
         let control = super::builder::control_key(handle);
-        let subs: Vec<crewlet_queue::Subscription> = {
-            let mut subs = shared.subscriptions.lock();
-            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *subs)
-                .into_iter()
-                .partition(|(h, _)| h == handle || *h == control);
-            *subs = rest;
-            mine.into_iter().map(|(_, s)| s).collect()
-        };
-        futures::future::join_all(subs.into_iter().map(|s| s.close())).await;
+        self.close_subscriptions(|key| key == handle || key == control)
+            .await;
         let route = topics::agent_inbox(handle);
         if let Err(e) = shared.queue.resume(&route.topic, &route.group) {
             warn!(agent = %handle, error = %e, "cannot release the inbox of a retired seat");
         }
+    }
+
+    /// Takes the members whose key matches out of the engine and detaches
+    /// them.
+    async fn close_subscriptions(&self, matches: impl Fn(&str) -> bool) {
+        let taken: Vec<crewlet_queue::Subscription> = {
+            let mut subs = self.shared.subscriptions.lock();
+            let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *subs)
+                .into_iter()
+                .partition(|(key, _)| matches(key));
+            *subs = kept;
+            taken.into_iter().map(|(_, s)| s).collect()
+        };
+        futures::future::join_all(taken.into_iter().map(|s| s.close())).await;
     }
 
     /// Finishes retiring (after [`begin_retire`](Self::begin_retire)): waits
@@ -186,15 +193,7 @@ impl Engine {
         }
         // The router's member, and any seat member the successor did not
         // take (it stopped first).
-        let router = {
-            let mut subs = shared.subscriptions.lock();
-            subs.iter()
-                .position(|(h, _)| h == "router")
-                .map(|i| subs.swap_remove(i).1)
-        };
-        if let Some(sub) = router {
-            sub.close().await;
-        }
+        self.close_subscriptions(|key| key == "router").await;
         if let Some(hub) = shared.mcp.lock().await.take() {
             hub.shutdown().await;
         }

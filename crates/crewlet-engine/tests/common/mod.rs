@@ -293,3 +293,46 @@ pub async fn task_has(base: &str, event_type: &str, task_id: &str) -> bool {
         .iter()
         .any(|e| e["task_id"] == task_id)
 }
+
+/// `crewlet run` in this process: the embedded API on a free port with one
+/// bearer token (every scope), memory queue and stores, no company yet.
+pub struct RunningEngine {
+    pub base: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), crewlet_engine::EngineError>>,
+}
+
+impl RunningEngine {
+    /// Starts it and waits for `/health`.
+    pub async fn start(token: &str, timeout: Duration) -> Self {
+        let port = free_port();
+        let mut bootstrap = crewlet_config::Bootstrap::default();
+        bootstrap.api.port = port;
+        bootstrap.api.auth.tokens = vec![crewlet_config::ApiToken {
+            id: "founder".into(),
+            token: token.into(),
+            scopes: None,
+        }];
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(crewlet_engine::run::run_until(
+            bootstrap,
+            crewlet_engine::RunOptions::default(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let base = format!("http://127.0.0.1:{port}");
+        wait_for("/health", timeout, || async {
+            (get(&base, "/health").await.0 == 200).then_some(())
+        })
+        .await;
+        Self { base, stop, task }
+    }
+
+    /// Stops it and asserts it ended cleanly within `timeout`.
+    pub async fn stop(self, timeout: Duration) {
+        let _ = self.stop.send(());
+        let result = tokio::time::timeout(timeout, self.task).await;
+        assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+    }
+}

@@ -276,16 +276,14 @@ pub async fn run_tool_loop<D>(
             tool_choice.clone()
         };
 
+        let output = crate::budget::output_bound(&call, env.provider.max_tokens());
         let hold = env
             .budget
-            .reserve(
-                crate::budget::prompt_bound(&call),
-                crate::budget::output_bound(&call, env.provider.max_tokens()),
-            )
+            .reserve(crate::budget::prompt_bound(&call), output)
             .await?;
         // A budget with less room than the call's usual cap: ask for less.
         let asked = call.max_tokens;
-        if crate::budget::output_bound(&call, env.provider.max_tokens()) > hold.output_cap() {
+        if output > hold.output_cap() {
             call.max_tokens = Some(u32::try_from(hold.output_cap()).unwrap_or(u32::MAX));
         }
         let completion = match complete(env, &call, stats).await {

@@ -143,6 +143,15 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl BudgetRefusal {
+    /// The ledger scope that refused (`agent_id` is the charging seat's).
+    pub fn scope(&self, agent_id: &AgentId) -> String {
+        match self.budget_type {
+            BudgetType::Org => ORG_SCOPE.to_owned(),
+            BudgetType::Unit => unit_scope(self.unit.as_deref().unwrap_or_default()),
+            BudgetType::Agent => agent_scope(agent_id),
+        }
+    }
+
     /// True when the budget itself has no room for the call, as opposed to
     /// room taken only by calls still in flight.
     pub fn is_spent(&self, asked: u64) -> bool {
@@ -231,7 +240,7 @@ pub fn unit_scope(unit: &str) -> String {
 
 /// Whether a row whose period started at `row_start` starts over in the
 /// period that began at `window`.
-pub(crate) fn new_period(row_start: Option<DateTime<Utc>>, window: Option<DateTime<Utc>>) -> bool {
+pub fn new_period(row_start: Option<DateTime<Utc>>, window: Option<DateTime<Utc>>) -> bool {
     match (row_start, window) {
         (_, None) => false,
         (None, Some(_)) => true,
