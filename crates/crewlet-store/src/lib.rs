@@ -46,6 +46,18 @@ pub use repos::config_revisions::{
     ActiveKey, ConfigRevision, ConfigRevisions, MemoryConfigRevisions, NewRevision,
     PostgresConfigRevisions,
 };
+pub use repos::fleet::completions::{
+    CompletionLedger, CompletionRow, MemoryCompletionLedger, PostgresCompletionLedger,
+    TurnCompletion,
+};
+pub use repos::fleet::journal::{
+    Appended, EffectJournal, JournalEntry, MemoryEffectJournal, NewJournalEntry,
+    PostgresEffectJournal,
+};
+pub use repos::fleet::leases::{
+    DUTY_PREFIX, Fence, Lease, LeaseClaim, LeaseStore, MemoryLeases, NODE_PREFIX, PostgresLeases,
+    SEAT_PREFIX, seat_resource,
+};
 pub use repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows, ThreadRef};
 pub use repos::ledger::{
     BudgetCharge, BudgetRefusal, BudgetRow, BudgetType, BudgetWarning, ChargeOutcome,

@@ -15,6 +15,11 @@ use crate::repos::secrets::{MemorySecretValues, PostgresSecretValues, SecretValu
 use crate::repos::webhooks::{
     MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
 };
+use crate::repos::fleet::completions::{
+    CompletionLedger, MemoryCompletionLedger, PostgresCompletionLedger,
+};
+use crate::repos::fleet::journal::{EffectJournal, MemoryEffectJournal, PostgresEffectJournal};
+use crate::repos::fleet::leases::{LeaseStore, MemoryLeases, PostgresLeases};
 use crewlet_core::quota::ProviderQuotas;
 
 /// Every repository behind its trait, ready for the engine and the API.
@@ -34,11 +39,19 @@ pub struct Stores {
     /// The schedule of model calls per provider (`rpm`/`tpm`): shared by
     /// every process on PostgreSQL, this process's alone in memory.
     pub quotas: Arc<dyn ProviderQuotas>,
+    /// Node presence, seat ownership and duties: shared by the fleet on
+    /// PostgreSQL; in memory this process holds everything.
+    pub leases: Arc<dyn LeaseStore>,
+    /// The triggers each seat already worked.
+    pub completions: Arc<dyn CompletionLedger>,
+    /// The effect journal of running turns (fenced by `leases`).
+    pub journal: Arc<dyn EffectJournal>,
 }
 
 impl Stores {
     /// In-process stores: nothing survives a restart.
     pub fn memory() -> Self {
+        let leases = Arc::new(MemoryLeases::new());
         Self {
             database: None,
             events: Arc::new(MemoryEventStore::new()),
@@ -49,6 +62,9 @@ impl Stores {
             schedules: Arc::new(MemoryScheduledRuns::new()),
             secrets: Arc::new(MemorySecretValues::new()),
             quotas: Arc::new(MemoryProviderQuotas::new()),
+            journal: Arc::new(MemoryEffectJournal::new(leases.clone())),
+            leases,
+            completions: Arc::new(MemoryCompletionLedger::new()),
         }
     }
 
@@ -77,6 +93,9 @@ impl Stores {
             schedules: Arc::new(PostgresScheduledRuns::new(db.clone())),
             secrets: Arc::new(PostgresSecretValues::new(db.clone())),
             quotas: Arc::new(PostgresProviderQuotas::new(db.clone())),
+            leases: Arc::new(PostgresLeases::new(db.clone())),
+            completions: Arc::new(PostgresCompletionLedger::new(db.clone())),
+            journal: Arc::new(PostgresEffectJournal::new(db.clone())),
             database: Some(db),
         }
     }

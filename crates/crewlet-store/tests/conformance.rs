@@ -11,6 +11,21 @@ use crewlet_store::*;
 mod memory {
     use super::*;
 
+    mod fleet {
+        use super::*;
+        crewlet_store::fleet_conformance!(|| async {
+            let stores = Stores::memory();
+            Some((
+                crewlet_store::testsuite::fleet::Fleet {
+                    leases: stores.leases,
+                    completions: stores.completions,
+                    journal: stores.journal,
+                },
+                (),
+            ))
+        });
+    }
+
     crewlet_store::token_ledger_conformance!(|| async {
         Some((
             Arc::new(MemoryTokenLedger::new()) as Arc<dyn TokenLedger>,
@@ -78,6 +93,21 @@ mod memory {
 
 mod postgres {
     use super::*;
+
+    mod fleet {
+        use super::*;
+        crewlet_store::fleet_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                crewlet_store::testsuite::fleet::Fleet {
+                    leases: Arc::new(PostgresLeases::new(db.clone())),
+                    completions: Arc::new(PostgresCompletionLedger::new(db.clone())),
+                    journal: Arc::new(PostgresEffectJournal::new(db)),
+                },
+                guard,
+            ))
+        });
+    }
 
     crewlet_store::token_ledger_conformance!(|| async {
         let (guard, db) = common::migrated().await?;

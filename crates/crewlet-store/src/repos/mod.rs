@@ -3,6 +3,7 @@
 
 mod claim_batch;
 pub mod config_revisions;
+pub mod fleet;
 pub mod follows;
 pub mod ledger;
 pub mod quotas;

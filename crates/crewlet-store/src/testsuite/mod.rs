@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod events;
+pub mod fleet;
 pub mod ledger;
 pub mod ops;
 pub mod quotas;
@@ -189,6 +190,31 @@ macro_rules! event_store_conformance {
                 by_turn_keeps_the_latest_turns_whole,
                 token_breakdown_accepts_1_to_30_days_only,
                 unknown_id_is_none,
+            ]
+        );
+    };
+}
+
+/// Every lease, completion ledger and effect journal case, as tests; the
+/// factory gives a [`fleet::Fleet`].
+#[macro_export]
+macro_rules! fleet_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            fleet,
+            [
+                a_free_resource_is_acquired_once_and_held_against_others,
+                a_lapsed_lease_moves_with_a_greater_epoch,
+                the_same_owner_after_a_lapse_gets_a_new_epoch,
+                renew_extends_only_the_callers_live_leases,
+                release_frees_at_once_and_keeps_the_epoch_growing,
+                list_is_by_prefix_and_carries_meta,
+                concurrent_acquires_let_exactly_one_owner_win_each_resource,
+                holds_checks_owner_epoch_and_expiry,
+                a_completed_trigger_is_found_and_recorded_once,
+                the_journal_keeps_entries_in_step_order_once,
+                a_stale_holder_cannot_write_the_journal,
             ]
         );
     };
