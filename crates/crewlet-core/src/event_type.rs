@@ -149,6 +149,11 @@ event_types! {
     ConfigRevisionActivated = "config_revision_activated" => System,
     ConfigRevisionApplied = "config_revision_applied" => System,
     SeatControl = "seat_control" => System,
+    EffectUncertain = "effect_uncertain" => System,
+    TurnResumed = "turn_resumed" => System,
+    TurnTriggerSkipped = "turn_trigger_skipped" => System,
+    SeatClaimed = "seat_claimed" => System,
+    SeatReleased = "seat_released" => System,
     // communication
     MessageSent = "message_sent" => Communication,
     // decision

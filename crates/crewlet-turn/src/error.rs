@@ -20,6 +20,13 @@ pub enum TurnError {
     BudgetExhausted { refusal: BudgetRefusal },
     #[error("token ledger: {0}")]
     Ledger(#[from] StoreError),
+    /// The seat's lease moved to another node: this turn may not write
+    /// any more (the new holder resumes it from the journal).
+    #[error("the seat is held by another node now; this turn stops")]
+    Fenced,
+    /// A replay reached a step its journal does not have.
+    #[error("the journal ends before step {step}")]
+    JournalEnded { step: i32 },
     #[error("tool `{tool}` panicked: {message}")]
     ToolPanicked { tool: String, message: String },
 }

@@ -59,6 +59,7 @@ mod decisions;
 mod engine;
 mod error;
 mod events;
+pub mod journal;
 pub mod prompts;
 mod recall;
 mod registry;
@@ -81,6 +82,9 @@ pub use engine::{
 };
 pub use error::TurnError;
 pub use events::{CountingEventSink, EventSink, MemoryEventSink};
+pub use journal::{
+    JournalMode, JournalStats, StepObserver, StepSource, StepView, TurnJournal,
+};
 pub use recall::{MemorySection, NoRecall, Recall, RecallRequest};
 pub use registry::{ToolRegistry, Visibility};
 pub use seat::{Colleague, CompanyProfile, SeatProfile, Trigger};

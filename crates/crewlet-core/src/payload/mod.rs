@@ -18,7 +18,7 @@ pub mod turn;
 
 pub use turn::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    BudgetWarning, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
+    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
     TaskStarted, ToolActivated, ToolExecution, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
 

@@ -257,7 +257,22 @@ macro_rules! bind {
     };
 }
 
+/// `effect_uncertain`: a resumed turn met a tool call that had started
+/// before the interruption and has no recorded result. The tool is not
+/// idempotent, so it was not run again; the model was told its effect is
+/// unknown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectUncertain {
+    pub turn_id: Uuid,
+    pub phase: String,
+    pub iteration: u32,
+    pub tool: String,
+    /// The call's step in the turn's journal.
+    pub step: i32,
+}
+
 bind! {
+    EffectUncertain => EffectUncertain,
     TaskStarted => TaskStarted,
     AgentPhaseStarted => AgentPhaseStarted,
     AgentPhaseCompleted => AgentPhaseCompleted,

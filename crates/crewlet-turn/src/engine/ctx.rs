@@ -23,6 +23,8 @@ pub(super) struct TurnCtx<'a> {
     pub usage: Mutex<Usage>,
     /// Budget warnings the turn's charges claimed, not published yet.
     pub budget_warnings: Mutex<Vec<crewlet_store::BudgetWarning>>,
+    /// The turn's effect journal, when the engine keeps one.
+    pub journal: Option<&'a crate::TurnJournal>,
 }
 
 /// What the turn has produced so far.

@@ -146,6 +146,14 @@ impl TurnEngine {
                     detail: e.to_string(),
                 }
             }
+            TurnError::Fenced => TurnFailure {
+                reason: FailureReason::Fenced,
+                detail: TurnError::Fenced.to_string(),
+            },
+            TurnError::JournalEnded { step } => TurnFailure {
+                reason: FailureReason::JournalEnded { step },
+                detail: TurnError::JournalEnded { step }.to_string(),
+            },
             other => TurnFailure::guard(GuardKind::Unhandled, other.to_string()),
         }
     }

@@ -211,6 +211,20 @@ impl TurnEngine {
     /// inert and the events get ids of their own in the same shape (the turn
     /// a child of the trigger, each phase a child of the turn).
     pub async fn run_turn(&self, seat: &SeatProfile, trigger: &Trigger) -> TurnOutcome {
+        self.run_turn_journaled(seat, trigger, None).await
+    }
+
+    /// [`run_turn`](Self::run_turn) with an effect journal: every model
+    /// answer and tool result is recorded before the turn moves on, and
+    /// what the journal already holds (a resumed turn, a replay) is read
+    /// back instead of asked or run again (see [`crate::journal`]). A
+    /// resumed turn keeps the turn id its journal was begun with.
+    pub async fn run_turn_journaled(
+        &self,
+        seat: &SeatProfile,
+        trigger: &Trigger,
+        journal: Option<&crate::TurnJournal>,
+    ) -> TurnOutcome {
         let span = crewlet_telemetry::turn_span(
             &seat.agent_id.to_string(),
             &seat.role_name,
@@ -220,7 +234,7 @@ impl TurnEngine {
         // Every model call of the turn draws its retries from one budget.
         let outcome = crewlet_llm::with_retry_budget(
             crewlet_llm::RETRIES_PER_TURN,
-            self.run_in_span(seat, trigger, &span),
+            self.run_in_span(seat, trigger, journal, &span),
         )
         .instrument(span.clone())
         .await;
@@ -237,6 +251,7 @@ impl TurnEngine {
         &self,
         seat: &SeatProfile,
         trigger: &Trigger,
+        journal: Option<&crate::TurnJournal>,
         turn_span: &Span,
     ) -> TurnOutcome {
         let started = Instant::now();
@@ -246,10 +261,17 @@ impl TurnEngine {
                 .as_ref()
                 .map_or_else(TraceContext::new_root, TraceContext::child)
         });
+        let turn_id = journal
+            .and_then(crate::TurnJournal::recorded_turn)
+            .unwrap_or_else(Uuid::now_v7);
+        if let Some(j) = journal {
+            j.bind_turn(turn_id);
+        }
         let t = TurnCtx {
             seat,
             trigger,
-            turn_id: Uuid::now_v7(),
+            turn_id,
+            journal,
             span,
             state: Mutex::new(TurnState::default()),
             usage: Mutex::new(Usage::default()),
@@ -309,14 +331,23 @@ impl TurnEngine {
                 .await;
         }
         let duration = started.elapsed();
-        self.report_turn_completed(&t, decision, state.iterations, &models, usage, duration)
-            .await;
-        match &failure {
-            None => {
-                self.report_task_completed(&t, decision, &state.final_artifact)
-                    .await;
+        let fenced = failure
+            .as_ref()
+            .is_some_and(|f| f.reason == FailureReason::Fenced);
+        if fenced {
+            // Not ended: the seat's new holder goes on with it.
+            tracing::warn!(agent_id = %t.seat.agent_id, task_id = %t.trigger.task_id,
+                "the seat moved to another node mid-turn; this node stops the turn and the new holder resumes it");
+        } else {
+            self.report_turn_completed(&t, decision, state.iterations, &models, usage, duration)
+                .await;
+            match &failure {
+                None => {
+                    self.report_task_completed(&t, decision, &state.final_artifact)
+                        .await;
+                }
+                Some(f) => self.report_task_failed(&t, f).await,
             }
-            Some(f) => self.report_task_failed(&t, f).await,
         }
         tracing::info!(
             agent_id = %t.seat.agent_id, role = %t.seat.role_name, task_id = %t.trigger.task_id,

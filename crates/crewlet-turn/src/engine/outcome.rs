@@ -50,6 +50,11 @@ pub enum FailureReason {
     /// The database stayed unavailable (a budget charge could not be
     /// recorded): the work is not done and should be retried later.
     StoreUnavailable,
+    /// The seat moved to another node mid-turn; the new holder resumes the
+    /// turn from its journal.
+    Fenced,
+    /// A replay reached a step its journal does not have.
+    JournalEnded { step: i32 },
 }
 
 impl FailureReason {
@@ -61,12 +66,14 @@ impl FailureReason {
             FailureReason::BudgetExhausted(_) => "budget_exhausted",
             FailureReason::LlmUnavailable { .. } => "llm_unavailable",
             FailureReason::StoreUnavailable => "store_unavailable",
+            FailureReason::Fenced => "fenced",
+            FailureReason::JournalEnded { .. } => "journal_ended",
         }
     }
 
     /// Whether the task should run again later rather than count as failed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, FailureReason::StoreUnavailable)
+        matches!(self, FailureReason::StoreUnavailable | FailureReason::Fenced)
     }
 }
 

@@ -274,6 +274,7 @@ impl TurnEngine {
             },
             progress: Some(&observer),
             stream: self.settings.stream,
+            journal: t.journal,
         };
         let attempt = Attempt {
             env,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use crewlet_core::payload::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    BudgetWarning, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
+    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
     TaskStarted, ToolActivated, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
 use crewlet_core::{EventPayload, TraceContext};
@@ -322,6 +322,19 @@ impl ProgressObserver for Progress<'_, '_, '_> {
                     turn_id: t.turn_id,
                     iteration: pc.iteration,
                     tool,
+                };
+                e.emit(t, pc.span, summary, &payload).await;
+            }
+            LoopNotice::EffectUncertain { tool, step } => {
+                let summary = format!(
+                    "{handle}: whether the interrupted call of {tool} took effect is unknown; it was not run again"
+                );
+                let payload = EffectUncertain {
+                    turn_id: t.turn_id,
+                    phase: phase.to_owned(),
+                    iteration: pc.iteration,
+                    tool,
+                    step,
                 };
                 e.emit(t, pc.span, summary, &payload).await;
             }

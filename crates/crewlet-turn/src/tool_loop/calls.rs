@@ -14,6 +14,7 @@ use tracing::Instrument;
 use crewlet_llm::ToolCall;
 
 use super::{LoopEnv, LoopNotice, Terminator, ToolExecution, ToolSelection, meta};
+use crate::journal::{self, StepSource, ToolPlan, ToolResultRecord, ToolStarted};
 use crate::sanitize::clean_tool_result;
 use crate::skills::{ToolSkills, block_message};
 use crate::{Tool, ToolContext, ToolError, TurnError};
@@ -216,6 +217,88 @@ pub(super) async fn run_one(
             duration_ms,
         }),
     })
+}
+
+/// Runs one resolved call the way the journal planned it (see
+/// [`crate::journal`]); without a plan, as it is.
+pub(super) async fn run_planned(
+    env: &LoopEnv<'_>,
+    tc: &ToolCall,
+    resolved: Resolved,
+    plan: Option<ToolPlan>,
+) -> Result<CallResult, TurnError> {
+    let (Some(plan), Some(journal)) = (plan, env.journal) else {
+        return run_one(env.ctx, resolved).await;
+    };
+    let args = match &resolved {
+        Resolved::Run(_, args) => args.clone(),
+        _ => Value::Null,
+    };
+    let (step, record, source) = match plan {
+        ToolPlan::Recorded(r) => return Ok(recorded(r)),
+        ToolPlan::Uncertain(step) => {
+            if let Some(observer) = env.progress {
+                observer
+                    .notice(LoopNotice::EffectUncertain {
+                        tool: tc.name.clone(),
+                        step,
+                    })
+                    .await;
+            }
+            (
+                step,
+                journal::uncertain_result(&tc.id, &tc.name),
+                StepSource::Uncertain,
+            )
+        }
+        ToolPlan::DryRun(step) => (
+            step,
+            journal::dry_run_result(&tc.id, &tc.name),
+            StepSource::DryRun,
+        ),
+        ToolPlan::Run(step) => {
+            journal
+                .tool_started(
+                    step,
+                    &ToolStarted {
+                        call_id: tc.id.clone(),
+                        name: tc.name.clone(),
+                        arguments: args.clone(),
+                    },
+                )
+                .await?;
+            let result = run_one(env.ctx, resolved).await?;
+            let record = ToolResultRecord {
+                call_id: tc.id.clone(),
+                name: tc.name.clone(),
+                content: result.content.clone(),
+                is_error: result.is_error,
+                terminate: result.terminate,
+                duration_ms: result.execution.as_ref().map_or(0, |e| e.duration_ms),
+                uncertain: false,
+            };
+            journal
+                .tool_result(step, &record, &args, StepSource::Live)
+                .await?;
+            return Ok(result);
+        }
+    };
+    journal.tool_result(step, &record, &args, source).await?;
+    Ok(recorded(record))
+}
+
+/// A journaled result as the loop's call result.
+fn recorded(r: ToolResultRecord) -> CallResult {
+    CallResult {
+        execution: Some(ToolExecution {
+            name: r.name,
+            ok: !r.is_error,
+            duration_ms: r.duration_ms,
+        }),
+        content: r.content,
+        is_error: r.is_error,
+        terminate: r.terminate,
+    }
 }
 
 /// A count as a span field (`u64` fields are exported as strings).

@@ -11,6 +11,8 @@ mod calls;
 mod complete;
 mod meta;
 #[cfg(test)]
+mod journal_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;
@@ -28,7 +30,8 @@ pub use crewlet_core::payload::ToolExecution;
 
 pub use self::meta::{ACTIVATE_TOOL, LIST_MCP_SERVER_TOOLS, MetaTools};
 
-use self::calls::{CallResult, Resolved, Round, resolve, run_one, select_tools};
+use self::calls::{CallResult, Resolved, Round, resolve, run_planned, select_tools};
+use crate::journal::{ToolPlan, TurnJournal};
 use self::complete::complete;
 use self::meta::Session;
 use crate::skills::{LOAD_TOOL_SKILL, ToolSkills};
@@ -86,6 +89,10 @@ pub enum LoopNotice {
     ToolActivated { tool: String },
     /// A call of a tool the seat does not have at all (with discovery on).
     MissingTool { tool: String },
+    /// A resumed turn met a call that had started before the interruption
+    /// and has no result; the tool is not idempotent, so it did not run
+    /// again and the model is told its effect is unknown.
+    EffectUncertain { tool: String, step: i32 },
 }
 
 /// Told what a streaming call has produced so far, and what the loop
@@ -108,6 +115,9 @@ pub struct LoopEnv<'a> {
     pub progress: Option<&'a dyn ProgressObserver>,
     /// Use the provider's streaming call (for live progress).
     pub stream: bool,
+    /// The turn's effect journal: answers and tool results are recorded
+    /// before the loop moves on, and read back when the turn resumes.
+    pub journal: Option<&'a TurnJournal>,
 }
 
 /// Counters a phase accumulates over its loops, kept even when a loop fails.
@@ -211,6 +221,36 @@ pub struct LoopOutcome<D = ()> {
     pub messages: Vec<Message>,
 }
 
+/// Asks the model once, under the budget: reserve, call, settle.
+async fn ask(
+    env: &LoopEnv<'_>,
+    call: &mut CompletionRequest,
+    stats: &mut LoopStats,
+) -> Result<Completion, TurnError> {
+    let output = crate::budget::output_bound(call, env.provider.max_tokens());
+    let hold = env
+        .budget
+        .reserve(crate::budget::prompt_bound(call), output)
+        .await?;
+    // A budget with less room than the call's usual cap: ask for less.
+    let asked = call.max_tokens;
+    if output > hold.output_cap() {
+        call.max_tokens = Some(u32::try_from(hold.output_cap()).unwrap_or(u32::MAX));
+    }
+    let completion = complete(env, call, stats).await;
+    call.max_tokens = asked;
+    let completion = match completion {
+        Ok(c) => c,
+        Err(e) => {
+            env.budget.release(hold).await;
+            return Err(e);
+        }
+    };
+    stats.count(&completion);
+    env.budget.settle(hold, &completion.usage).await?;
+    Ok(completion)
+}
+
 /// Runs the loop until it ends; see the module doc.
 pub async fn run_tool_loop<D>(
     env: &LoopEnv<'_>,
@@ -276,26 +316,24 @@ pub async fn run_tool_loop<D>(
             tool_choice.clone()
         };
 
-        let output = crate::budget::output_bound(&call, env.provider.max_tokens());
-        let hold = env
-            .budget
-            .reserve(crate::budget::prompt_bound(&call), output)
-            .await?;
-        // A budget with less room than the call's usual cap: ask for less.
-        let asked = call.max_tokens;
-        if output > hold.output_cap() {
-            call.max_tokens = Some(u32::try_from(hold.output_cap()).unwrap_or(u32::MAX));
-        }
-        let completion = match complete(env, &call, stats).await {
-            Ok(c) => c,
-            Err(e) => {
-                env.budget.release(hold).await;
-                return Err(e);
+        // A resumed turn reads its recorded answer back: no call, no charge.
+        let recorded = match env.journal {
+            Some(j) => j.recorded_model()?,
+            None => None,
+        };
+        let completion = match recorded {
+            Some(c) => {
+                stats.count(&c);
+                c
+            }
+            None => {
+                let completion = ask(env, &mut call, stats).await?;
+                if let Some(j) = env.journal {
+                    j.record_model(&completion).await?;
+                }
+                completion
             }
         };
-        call.max_tokens = asked;
-        stats.count(&completion);
-        env.budget.settle(hold, &completion.usage).await?;
         rounds += 1;
         stats.rounds += 1;
 
@@ -400,15 +438,35 @@ pub async fn run_tool_loop<D>(
             Resolved::Run(tool, _) => tool.annotations().read_only,
             Resolved::Refuse(_) | Resolved::Answer(_) => true,
         });
-        let results: Vec<CallResult> = if all_read_only && resolved.len() > 1 {
-            futures::future::join_all(resolved.into_iter().map(|r| run_one(env.ctx, r)))
-                .await
-                .into_iter()
-                .collect::<Result<_, _>>()?
+        // Steps are numbered in the answer's order, before anything runs.
+        let planned: Vec<(Resolved, Option<ToolPlan>)> = resolved
+            .into_iter()
+            .zip(&tool_calls)
+            .map(|(r, tc)| {
+                let plan = match (&r, env.journal) {
+                    (Resolved::Run(tool, args), Some(j)) => {
+                        let a = tool.annotations();
+                        Some(j.plan_tool(&tc.name, args, a.idempotent || a.read_only))
+                    }
+                    _ => None,
+                };
+                (r, plan)
+            })
+            .collect();
+        let results: Vec<CallResult> = if all_read_only && planned.len() > 1 {
+            futures::future::join_all(
+                planned
+                    .into_iter()
+                    .zip(&tool_calls)
+                    .map(|((r, plan), tc)| run_planned(env, tc, r, plan)),
+            )
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?
         } else {
-            let mut out = Vec::with_capacity(resolved.len());
-            for r in resolved {
-                out.push(run_one(env.ctx, r).await?);
+            let mut out = Vec::with_capacity(planned.len());
+            for ((r, plan), tc) in planned.into_iter().zip(&tool_calls) {
+                out.push(run_planned(env, tc, r, plan).await?);
             }
             out
         };

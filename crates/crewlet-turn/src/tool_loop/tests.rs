@@ -178,6 +178,7 @@ async fn run_with(
         },
         progress: observer,
         stream: false,
+        journal: None,
     };
     let mut stats = LoopStats::default();
     let out = run_tool_loop(&env, req, &mut stats).await;
