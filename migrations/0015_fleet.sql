@@ -40,12 +40,14 @@ CREATE INDEX turn_completions_task_idx ON turn_completions (task_id);
 
 -- turn_journal: the effect journal of running turns. Every model answer
 -- and every tool call (started, then its result) is appended before the
--- turn moves on, keyed by the task and the step, and only while the
+-- turn moves on, keyed by the work (`task_key`: the trigger's inbox event
+-- id) and the step, and only while the
 -- writer's seat lease (resource, owner, epoch) still holds. A turn that
 -- restarts on another node reads it back: recorded answers are not asked
 -- again, recorded tool results are not run again.
 CREATE TABLE turn_journal (
     task_key    text        NOT NULL,
+    task_id     text        NOT NULL,
     step        integer     NOT NULL,
     kind        text        NOT NULL,
     seat        text        NOT NULL,
@@ -57,3 +59,4 @@ CREATE TABLE turn_journal (
     PRIMARY KEY (task_key, step, kind)
 );
 CREATE INDEX turn_journal_recorded_at_idx ON turn_journal (recorded_at);
+CREATE INDEX turn_journal_task_idx ON turn_journal (task_id);

@@ -7,6 +7,11 @@ use crate::migrate::{MigrationOptions, MigrationReport, Migrator};
 use crate::repos::config_revisions::{
     ConfigRevisions, MemoryConfigRevisions, PostgresConfigRevisions,
 };
+use crate::repos::fleet::completions::{
+    CompletionLedger, MemoryCompletionLedger, PostgresCompletionLedger,
+};
+use crate::repos::fleet::journal::{EffectJournal, MemoryEffectJournal, PostgresEffectJournal};
+use crate::repos::fleet::leases::{LeaseStore, MemoryLeases, PostgresLeases};
 use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
 use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
 use crate::repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
@@ -15,11 +20,6 @@ use crate::repos::secrets::{MemorySecretValues, PostgresSecretValues, SecretValu
 use crate::repos::webhooks::{
     MemoryWebhookDeliveries, PostgresWebhookDeliveries, WebhookDeliveries,
 };
-use crate::repos::fleet::completions::{
-    CompletionLedger, MemoryCompletionLedger, PostgresCompletionLedger,
-};
-use crate::repos::fleet::journal::{EffectJournal, MemoryEffectJournal, PostgresEffectJournal};
-use crate::repos::fleet::leases::{LeaseStore, MemoryLeases, PostgresLeases};
 use crewlet_core::quota::ProviderQuotas;
 
 /// Every repository behind its trait, ready for the engine and the API.

@@ -161,6 +161,7 @@ pub(crate) enum ToolPlan {
 pub struct TurnJournal {
     store: Arc<dyn EffectJournal>,
     task_key: String,
+    task_id: String,
     seat: String,
     node: String,
     fence: Option<Fence>,
@@ -198,11 +199,13 @@ fn decode_entries(entries: Vec<JournalEntry>) -> (BTreeMap<i32, Step>, Option<Uu
 }
 
 impl TurnJournal {
-    /// Reads the journal of `task_key` for a turn of `seat` run by `node`
-    /// (an incarnation) under `fence`.
+    /// Reads the journal `task_key` (the trigger's inbox event id) of task
+    /// `task_id` for a turn of `seat` run by `node` (an incarnation) under
+    /// `fence`.
     pub async fn open(
         store: Arc<dyn EffectJournal>,
         task_key: impl Into<String>,
+        task_id: impl Into<String>,
         seat: impl Into<String>,
         node: impl Into<String>,
         fence: Option<Fence>,
@@ -219,6 +222,7 @@ impl TurnJournal {
         Ok(Self {
             store,
             task_key,
+            task_id: task_id.into(),
             seat: seat.into(),
             node: node.into(),
             fence,
@@ -330,12 +334,7 @@ impl TurnJournal {
     }
 
     /// Decides how the next tool call goes (and numbers it).
-    pub(crate) fn plan_tool(
-        &self,
-        name: &str,
-        arguments: &Value,
-        idempotent: bool,
-    ) -> ToolPlan {
+    pub(crate) fn plan_tool(&self, name: &str, arguments: &Value, idempotent: bool) -> ToolPlan {
         let mut state = self.state.lock();
         let step = state.next;
         state.next += 1;
@@ -432,6 +431,7 @@ impl TurnJournal {
     async fn append(&self, step: i32, kind: &str, payload: Value) -> Result<(), TurnError> {
         let entry = NewJournalEntry {
             task_key: self.task_key.clone(),
+            task_id: self.task_id.clone(),
             step,
             kind: kind.to_owned(),
             seat: self.seat.clone(),

@@ -82,9 +82,7 @@ pub use engine::{
 };
 pub use error::TurnError;
 pub use events::{CountingEventSink, EventSink, MemoryEventSink};
-pub use journal::{
-    JournalMode, JournalStats, StepObserver, StepSource, StepView, TurnJournal,
-};
+pub use journal::{JournalMode, JournalStats, StepObserver, StepSource, StepView, TurnJournal};
 pub use recall::{MemorySection, NoRecall, Recall, RecallRequest};
 pub use registry::{ToolRegistry, Visibility};
 pub use seat::{Colleague, CompanyProfile, SeatProfile, Trigger};

@@ -18,8 +18,9 @@ pub mod turn;
 
 pub use turn::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
-    TaskStarted, ToolActivated, ToolExecution, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
+    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback,
+    TaskCompleted, TaskFailed, TaskStarted, ToolActivated, ToolExecution, ToolSkillBlocked,
+    TriggerSummary, TurnGuardBreach,
 };
 
 pub use provider::{ProviderCircuitClosed, ProviderCircuitOpened};

@@ -219,12 +219,12 @@ fn completion(seat: &str, ids: &[Uuid], task: &str) -> TurnCompletion {
 
 pub async fn a_completed_trigger_is_found_and_recorded_once(f: Fleet) {
     let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-    assert!(
-        ok(f.completions.completed("ceo", &[a, b]).await, "completed").is_empty()
-    );
+    assert!(ok(f.completions.completed("ceo", &[a, b]).await, "completed").is_empty());
     assert_eq!(
         ok(
-            f.completions.record(&completion("ceo", &[a, b], "t1")).await,
+            f.completions
+                .record(&completion("ceo", &[a, b], "t1"))
+                .await,
             "record"
         ),
         2
@@ -260,6 +260,7 @@ pub async fn a_completed_trigger_is_found_and_recorded_once(f: Fleet) {
 fn entry(task: &str, step: i32, kind: &str) -> NewJournalEntry {
     NewJournalEntry {
         task_key: task.into(),
+        task_id: format!("task-of-{task}"),
         step,
         kind: kind.into(),
         seat: "ceo".into(),
@@ -272,12 +273,18 @@ fn entry(task: &str, step: i32, kind: &str) -> NewJournalEntry {
 pub async fn the_journal_keeps_entries_in_step_order_once(f: Fleet) {
     for (step, kind) in [(1, "tool_result"), (0, "model"), (1, "tool_started")] {
         assert_eq!(
-            ok(f.journal.append(&entry("t", step, kind), None).await, "append"),
+            ok(
+                f.journal.append(&entry("t", step, kind), None).await,
+                "append"
+            ),
             Appended::Written
         );
     }
     assert_eq!(
-        ok(f.journal.append(&entry("t", 0, "model"), None).await, "append"),
+        ok(
+            f.journal.append(&entry("t", 0, "model"), None).await,
+            "append"
+        ),
         Appended::Exists
     );
     let got = ok(f.journal.load("t").await, "load");
@@ -287,6 +294,11 @@ pub async fn the_journal_keeps_entries_in_step_order_once(f: Fleet) {
         vec![(0, "model"), (1, "tool_started"), (1, "tool_result")]
     );
     assert_eq!(got[2].payload["kind"], "tool_result");
+    assert_eq!(got[2].task_id, "task-of-t");
+    assert_eq!(
+        ok(f.journal.keys_for_task("task-of-t").await, "keys"),
+        vec!["t".to_owned()]
+    );
     assert!(ok(f.journal.load("other").await, "load").is_empty());
 }
 
@@ -297,7 +309,10 @@ pub async fn a_stale_holder_cannot_write_the_journal(f: Fleet) {
     );
     let old = won[0].fence();
     assert_eq!(
-        ok(f.journal.append(&entry("t", 0, "model"), Some(&old)).await, "append"),
+        ok(
+            f.journal.append(&entry("t", 0, "model"), Some(&old)).await,
+            "append"
+        ),
         Appended::Written
     );
     tokio::time::sleep(PAST_SHORT).await;

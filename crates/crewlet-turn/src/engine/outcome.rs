@@ -54,7 +54,9 @@ pub enum FailureReason {
     /// turn from its journal.
     Fenced,
     /// A replay reached a step its journal does not have.
-    JournalEnded { step: i32 },
+    JournalEnded {
+        step: i32,
+    },
 }
 
 impl FailureReason {
@@ -73,7 +75,10 @@ impl FailureReason {
 
     /// Whether the task should run again later rather than count as failed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, FailureReason::StoreUnavailable | FailureReason::Fenced)
+        matches!(
+            self,
+            FailureReason::StoreUnavailable | FailureReason::Fenced
+        )
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use crewlet_core::payload::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted, TaskFailed,
-    TaskStarted, ToolActivated, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
+    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback,
+    TaskCompleted, TaskFailed, TaskStarted, ToolActivated, ToolSkillBlocked, TriggerSummary,
+    TurnGuardBreach,
 };
 use crewlet_core::{EventPayload, TraceContext};
 use crewlet_llm::{LlmError, LlmProvider, Usage};

@@ -165,7 +165,8 @@ impl Rig {
     }
 
     async fn journal(&self, mode: JournalMode, fence: Option<crewlet_store::Fence>) -> TurnJournal {
-        match TurnJournal::open(self.store.clone(), "task-1", "a", "n:1", fence, mode).await {
+        match TurnJournal::open(self.store.clone(), "task-1", "t-1", "a", "n:1", fence, mode).await
+        {
             Ok(j) => j,
             Err(e) => panic!("open: {e}"),
         }
@@ -285,12 +286,18 @@ async fn a_resumed_loop_asks_and_runs_nothing_it_already_has() {
     let asked = Arc::new(AtomicUsize::new(0));
     let provider = answers(vec![done("finished")], asked.clone());
     let (out, stats) = rig.run(&provider, &second, false, &Seen::default()).await;
-    let Ok(out) = out else {
-        panic!("{out:?}")
-    };
+    let Ok(out) = out else { panic!("{out:?}") };
     assert_eq!(out.text, "finished");
-    assert_eq!(asked.load(Ordering::SeqCst), 1, "only the new step is asked");
-    assert_eq!(rig.posts.load(Ordering::SeqCst), 1, "the comment posted once");
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "only the new step is asked"
+    );
+    assert_eq!(
+        rig.posts.load(Ordering::SeqCst),
+        1,
+        "the comment posted once"
+    );
     assert!(last_tool_message(&out).starts_with("posted #1"));
     let j = second.stats();
     assert_eq!((j.models_reused, j.tools_reused), (1, 1));
@@ -316,6 +323,7 @@ async fn a_started_call_without_a_result_is_not_run_again_unless_idempotent() {
         ] {
             let entry = crewlet_store::NewJournalEntry {
                 task_key: "task-1".into(),
+                task_id: "t-1".into(),
                 step,
                 kind: kind.into(),
                 seat: "a".into(),
@@ -330,9 +338,7 @@ async fn a_started_call_without_a_result_is_not_run_again_unless_idempotent() {
         let provider = answers(vec![done("ok")], asked.clone());
         let seen = Seen::default();
         let (out, _) = rig.run(&provider, &journal, idempotent, &seen).await;
-        let Ok(out) = out else {
-            panic!("{out:?}")
-        };
+        let Ok(out) = out else { panic!("{out:?}") };
         let notices = seen.notices.lock().map(|n| n.clone()).unwrap_or_default();
         if idempotent {
             assert_eq!(rig.posts.load(Ordering::SeqCst), 1, "idempotent: run again");
@@ -388,10 +394,15 @@ async fn a_turn_that_takes_another_path_drops_the_journals_rest() {
             "tool_result",
             json!({"call_id": "c0", "name": "post", "content": "posted", "is_error": false}),
         ),
-        (2, "model", serde_json::to_value(done("stale")).unwrap_or_default()),
+        (
+            2,
+            "model",
+            serde_json::to_value(done("stale")).unwrap_or_default(),
+        ),
     ] {
         let entry = crewlet_store::NewJournalEntry {
             task_key: "task-1".into(),
+            task_id: "t-1".into(),
             step,
             kind: kind.into(),
             seat: "a".into(),
@@ -406,9 +417,16 @@ async fn a_turn_that_takes_another_path_drops_the_journals_rest() {
     let provider = answers(vec![done("again")], asked.clone());
     let (out, _) = rig.run(&provider, &journal, false, &Seen::default()).await;
     let Ok(out) = out else { panic!("{out:?}") };
-    assert_eq!(out.text, "again", "the stale answer after the fork is not used");
+    assert_eq!(
+        out.text, "again",
+        "the stale answer after the fork is not used"
+    );
     assert_eq!(journal.stats().diverged_at, Some(1));
-    assert_eq!(rig.posts.load(Ordering::SeqCst), 1, "the call of `other` ran");
+    assert_eq!(
+        rig.posts.load(Ordering::SeqCst),
+        1,
+        "the call of `other` ran"
+    );
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     let entries = rig.store.load("task-1").await.unwrap_or_default();
     assert_eq!(entries.len(), 4, "{entries:?}");
@@ -472,7 +490,11 @@ async fn a_replay_reads_every_step_back_and_runs_nothing() {
     let Ok(out) = out else { panic!("{out:?}") };
     assert_eq!(out.text, "other");
     assert_eq!(asked.load(Ordering::SeqCst), 2);
-    assert_eq!(rig.posts.load(Ordering::SeqCst), 1, "a dry run posts nothing");
+    assert_eq!(
+        rig.posts.load(Ordering::SeqCst),
+        1,
+        "a dry run posts nothing"
+    );
     assert!(last_tool_message(&out).starts_with("[dry run]"));
     assert_eq!(rig.kinds().await.len(), 4, "a replay writes nothing");
 }

@@ -9,9 +9,9 @@
 
 mod calls;
 mod complete;
-mod meta;
 #[cfg(test)]
 mod journal_tests;
+mod meta;
 #[cfg(test)]
 mod tests;
 
@@ -31,9 +31,9 @@ pub use crewlet_core::payload::ToolExecution;
 pub use self::meta::{ACTIVATE_TOOL, LIST_MCP_SERVER_TOOLS, MetaTools};
 
 use self::calls::{CallResult, Resolved, Round, resolve, run_planned, select_tools};
-use crate::journal::{ToolPlan, TurnJournal};
 use self::complete::complete;
 use self::meta::Session;
+use crate::journal::{ToolPlan, TurnJournal};
 use crate::skills::{LOAD_TOOL_SKILL, ToolSkills};
 use crate::{
     BudgetGate, Tool, ToolContext, ToolRegistry, TurnError, prompts, slim_tool_spec, tool_spec,

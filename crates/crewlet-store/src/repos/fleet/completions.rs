@@ -46,8 +46,11 @@ pub struct CompletionRow {
 #[async_trait]
 pub trait CompletionLedger: Send + Sync {
     /// Which of `trigger_ids` the seat already worked.
-    async fn completed(&self, seat: &str, trigger_ids: &[Uuid])
-    -> Result<HashSet<Uuid>, StoreError>;
+    async fn completed(
+        &self,
+        seat: &str,
+        trigger_ids: &[Uuid],
+    ) -> Result<HashSet<Uuid>, StoreError>;
 
     /// Records a finished turn; a trigger already recorded keeps its first
     /// row. Returns how many triggers were new.

@@ -25,8 +25,10 @@ use crate::error::StoreError;
 /// An entry to append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewJournalEntry {
-    /// The work the turn does (its task id).
+    /// The work the turn does: its trigger (inbox event id).
     pub task_key: String,
+    /// The task the trigger belongs to.
+    pub task_id: String,
     /// The step within the turn, from 0.
     pub step: i32,
     /// `model`, `tool_started` or `tool_result`.
@@ -42,6 +44,7 @@ pub struct NewJournalEntry {
 #[derive(Clone, Debug, PartialEq)]
 pub struct JournalEntry {
     pub task_key: String,
+    pub task_id: String,
     pub step: i32,
     pub kind: String,
     pub seat: String,
@@ -86,6 +89,9 @@ pub trait EffectJournal: Send + Sync {
         from_step: i32,
         fence: Option<&Fence>,
     ) -> Result<Option<u64>, StoreError>;
+
+    /// The journals (`task_key`s) of a task, oldest first.
+    async fn keys_for_task(&self, task_id: &str) -> Result<Vec<String>, StoreError>;
 
     /// Forgets entries recorded before `before`; returns how many.
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
@@ -140,6 +146,7 @@ impl EffectJournal for MemoryEffectJournal {
         }
         task.push(JournalEntry {
             task_key: entry.task_key.clone(),
+            task_id: entry.task_id.clone(),
             step: entry.step,
             kind: entry.kind.clone(),
             seat: entry.seat.clone(),
@@ -173,6 +180,23 @@ impl EffectJournal for MemoryEffectJournal {
         let n = task.len();
         task.retain(|e| e.step < from_step);
         Ok(Some((n - task.len()) as u64))
+    }
+
+    async fn keys_for_task(&self, task_id: &str) -> Result<Vec<String>, StoreError> {
+        let rows = self.rows.lock();
+        let mut keys: Vec<(DateTime<Utc>, String)> = rows
+            .iter()
+            .filter_map(|(k, entries)| {
+                let first = entries
+                    .iter()
+                    .filter(|e| e.task_id == task_id)
+                    .map(|e| e.recorded_at)
+                    .min()?;
+                Some((first, k.clone()))
+            })
+            .collect();
+        keys.sort();
+        Ok(keys.into_iter().map(|(_, k)| k).collect())
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -218,7 +242,11 @@ impl EffectJournal for PostgresEffectJournal {
     ) -> Result<Appended, StoreError> {
         let client = self.db.client().await?;
         let (resource, owner, epoch) = match fence {
-            Some(f) => (Some(f.resource.as_str()), Some(f.owner.as_str()), Some(f.epoch)),
+            Some(f) => (
+                Some(f.resource.as_str()),
+                Some(f.owner.as_str()),
+                Some(f.epoch),
+            ),
             None => (None, None, None),
         };
         // One statement: `written` when inserted; else whether the fence held.
@@ -227,8 +255,8 @@ impl EffectJournal for PostgresEffectJournal {
                 &format!(
                     "WITH ins AS (
                         INSERT INTO turn_journal
-                            (task_key, step, kind, seat, turn_id, node, payload, owner_epoch)
-                        SELECT $1, $2, $3, $4, $5, $6, $7, COALESCE($10::bigint, 0)
+                            (task_key, step, kind, seat, turn_id, node, payload, owner_epoch, task_id)
+                        SELECT $1, $2, $3, $4, $5, $6, $7, COALESCE($10::bigint, 0), $11
                         WHERE {FENCE_HOLDS}
                         ON CONFLICT (task_key, step, kind) DO NOTHING
                         RETURNING 1)
@@ -245,6 +273,7 @@ impl EffectJournal for PostgresEffectJournal {
                     &resource,
                     &owner,
                     &epoch,
+                    &entry.task_id,
                 ],
             )
             .await
@@ -262,7 +291,8 @@ impl EffectJournal for PostgresEffectJournal {
         let client = self.db.client().await?;
         let rows = client
             .query(
-                "SELECT task_key, step, kind, seat, turn_id, node, owner_epoch, payload, recorded_at
+                "SELECT task_key, step, kind, seat, turn_id, node, owner_epoch, payload, recorded_at,
+                        task_id
                  FROM turn_journal WHERE task_key = $1
                  ORDER BY step, CASE kind WHEN 'model' THEN 0 WHEN 'tool_started' THEN 1
                                           WHEN 'tool_result' THEN 2 ELSE 3 END",
@@ -282,6 +312,7 @@ impl EffectJournal for PostgresEffectJournal {
                     epoch: r.try_get(6).map_err(decode)?,
                     payload: r.try_get(7).map_err(decode)?,
                     recorded_at: r.try_get(8).map_err(decode)?,
+                    task_id: r.try_get(9).map_err(decode)?,
                 })
             })
             .collect()
@@ -323,6 +354,19 @@ impl EffectJournal for PostgresEffectJournal {
             .await
             .map_err(crate::query_err("truncating the turn journal"))?;
         Ok(Some(n))
+    }
+
+    async fn keys_for_task(&self, task_id: &str) -> Result<Vec<String>, StoreError> {
+        let client = self.db.client().await?;
+        let rows = client
+            .query(
+                "SELECT task_key FROM turn_journal WHERE task_id = $1
+                 GROUP BY task_key ORDER BY min(recorded_at), task_key",
+                &[&task_id],
+            )
+            .await
+            .map_err(crate::query_err("reading the turn journal"))?;
+        rows.iter().map(|r| r.try_get(0).map_err(decode)).collect()
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -147,9 +147,10 @@ impl MemoryLeases {
     /// that fence their writes).
     pub fn holds_now(&self, fence: &Fence) -> bool {
         let now = Utc::now();
-        self.rows.lock().get(&fence.resource).is_some_and(|l| {
-            l.owner == fence.owner && l.epoch == fence.epoch && l.expires_at > now
-        })
+        self.rows
+            .lock()
+            .get(&fence.resource)
+            .is_some_and(|l| l.owner == fence.owner && l.epoch == fence.epoch && l.expires_at > now)
     }
 }
 
