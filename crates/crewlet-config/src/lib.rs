@@ -35,7 +35,8 @@ mod zone;
 
 pub use bootstrap::{
     ApiAuth, ApiConfig, ApiConnections, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig,
-    ENV_PREFIX, ENV_SEPARATOR, LogFormat, Observability, QueueConfig, QueueKind, check_bootstrap,
+    ENV_PREFIX, ENV_SEPARATOR, LogFormat, NodeConfig, NodeRole, Observability, QueueConfig,
+    QueueKind, check_bootstrap,
 };
 pub use company::validate::{CompanyReport, check_company, check_company_report};
 pub use company::{

@@ -104,6 +104,23 @@ impl Bootstrap {
                 _ => {}
             }
         }
+        if let Some(node) = &self.node {
+            let at = YamlPath::root().key("node");
+            let (ttl, beat) = (node.lease_ttl_seconds, node.heartbeat_seconds);
+            if ttl < 2 {
+                out.push(Finding::new(
+                    at.key("lease_ttl_seconds"),
+                    format!("lease_ttl_seconds must be at least 2, not {ttl}"),
+                ));
+            } else if beat == 0 || beat.saturating_mul(2) > ttl {
+                out.push(Finding::new(
+                    at.key("heartbeat_seconds"),
+                    format!(
+                        "heartbeat_seconds must be above 0 and at most half of lease_ttl_seconds ({ttl}), not {beat}"
+                    ),
+                ));
+            }
+        }
         let mut ids: Vec<&str> = Vec::new();
         for (i, t) in self.api.auth.tokens.iter().enumerate() {
             if ids.contains(&t.id.as_str()) {

@@ -54,9 +54,9 @@ pub struct Bootstrap {
     /// resolve from the store first, the environment second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<SecretsConfig>,
-    /// This process as a node of a fleet: its id, roles and labels.
+    /// This process as a node of a fleet: its id, roles, labels and the
+    /// timing of its leases (see `docs/fleet.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "fleets are not built yet: one engine runs every seat"))]
     pub node: Option<NodeConfig>,
 }
 
@@ -84,25 +84,82 @@ pub struct SecretKey {
 }
 
 /// A fleet node.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
-    /// Node id; empty: derived from the host.
+    /// Stable node id, distinct per process (`CREWLET_NODE_ID` wins when
+    /// set); empty: the host name.
     #[serde(default)]
     pub id: String,
-    /// What the node does: `ingress`, `seats`, `singletons`.
+    /// What the node does: `ingress` (the HTTP API), `seats` (runs agent
+    /// seats), `duties` (the company-wide singleton duties: scheduler,
+    /// maintenance, learning consolidation). Empty: all three.
     #[serde(default)]
     pub roles: Vec<NodeRole>,
     /// Labels seats' `placement` matches.
     #[serde(default)]
     pub labels: IndexMap<String, String>,
+    /// How long a lease (a seat, a duty, the node's presence) lasts without
+    /// renewal: a node that stops heartbeating loses its seats after this.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl_seconds: u32,
+    /// How often the node renews its leases and rebalances its seats;
+    /// must be well under `lease_ttl_seconds`.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_seconds: u32,
+}
+
+fn default_lease_ttl() -> u32 {
+    45
+}
+
+fn default_heartbeat() -> u32 {
+    15
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            id: String::new(),
+            roles: Vec::new(),
+            labels: IndexMap::new(),
+            lease_ttl_seconds: default_lease_ttl(),
+            heartbeat_seconds: default_heartbeat(),
+        }
+    }
 }
 
 /// What a fleet node does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeRole {
+    /// Serves the HTTP API (webhooks, dashboard, reads).
     Ingress,
+    /// Claims seat leases and runs the seats' turns.
     Seats,
-    Singletons,
+    /// Runs the company-wide duties, each on one node at a time.
+    #[serde(alias = "workers", alias = "singletons")]
+    Duties,
+}
+
+impl NodeRole {
+    pub const ALL: [NodeRole; 3] = [NodeRole::Ingress, NodeRole::Seats, NodeRole::Duties];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeRole::Ingress => "ingress",
+            NodeRole::Seats => "seats",
+            NodeRole::Duties => "duties",
+        }
+    }
+
+    /// `ingress`, `seats`, `duties` (and the original's `workers`).
+    pub fn parse(s: &str) -> Option<NodeRole> {
+        match s.trim() {
+            "ingress" => Some(NodeRole::Ingress),
+            "seats" => Some(NodeRole::Seats),
+            "duties" | "workers" | "singletons" => Some(NodeRole::Duties),
+            _ => None,
+        }
+    }
 }

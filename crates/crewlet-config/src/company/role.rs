@@ -109,7 +109,6 @@ pub struct Role {
     pub sandbox: Option<Box<super::later::RoleSandbox>>,
     /// Which nodes of a fleet may run the seat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "fleet placement is not built yet: every engine runs every seat"))]
     pub placement: Option<Box<super::later::Placement>>,
     /// Recurring work for this seat (agent seats only).
     #[serde(default)]

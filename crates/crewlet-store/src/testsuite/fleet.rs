@@ -362,3 +362,41 @@ pub async fn a_stale_holder_cannot_write_the_journal(f: Fleet) {
         1
     );
 }
+
+pub async fn a_dead_incarnations_leases_are_taken_over_with_new_epochs(f: Fleet) {
+    ok(
+        f.leases
+            .acquire(
+                &[claim("node:a"), claim("seat:p"), claim("seat:q")],
+                "a:old",
+                LONG,
+            )
+            .await,
+        "acquire",
+    );
+    ok(
+        f.leases.acquire(&[claim("seat:r")], "b:1", LONG).await,
+        "acquire",
+    );
+    let mut taken = ok(
+        f.leases.take_over("a:old", "a:new", LONG).await,
+        "take over",
+    );
+    taken.sort_by(|x, y| x.resource.cmp(&y.resource));
+    let got: Vec<(&str, &str, i64)> = taken
+        .iter()
+        .map(|l| (l.resource.as_str(), l.owner.as_str(), l.epoch))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("node:a", "a:new", 2),
+            ("seat:p", "a:new", 2),
+            ("seat:q", "a:new", 2)
+        ]
+    );
+    // Another owner's lease is untouched.
+    let r = ok(f.leases.list("seat:r").await, "list");
+    assert_eq!(r[0].owner, "b:1");
+    assert!(ok(f.leases.take_over("a:new", "a:new", LONG).await, "noop").is_empty());
+}

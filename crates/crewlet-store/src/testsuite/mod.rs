@@ -215,6 +215,7 @@ macro_rules! fleet_conformance {
                 a_completed_trigger_is_found_and_recorded_once,
                 the_journal_keeps_entries_in_step_order_once,
                 a_stale_holder_cannot_write_the_journal,
+                a_dead_incarnations_leases_are_taken_over_with_new_epochs,
             ]
         );
     };

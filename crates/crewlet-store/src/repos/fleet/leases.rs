@@ -130,6 +130,17 @@ pub trait LeaseStore: Send + Sync {
     /// Whether `fence` still holds: its owner holds the resource live at
     /// its epoch.
     async fn holds(&self, fence: &Fence) -> Result<bool, StoreError>;
+
+    /// Takes every lease `previous` holds (live or not) for `owner`, each
+    /// with a new epoch: for a node that knows its own previous
+    /// incarnation is dead (restarted on the same host) and need not wait
+    /// for the leases to lapse. Returns the leases taken.
+    async fn take_over(
+        &self,
+        previous: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<Lease>, StoreError>;
 }
 
 /// Leases of one process.
@@ -262,6 +273,31 @@ impl LeaseStore for MemoryLeases {
 
     async fn holds(&self, fence: &Fence) -> Result<bool, StoreError> {
         Ok(self.holds_now(fence))
+    }
+
+    async fn take_over(
+        &self,
+        previous: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if previous.is_empty() || owner.is_empty() || previous == owner {
+            return Ok(Vec::new());
+        }
+        let now = Utc::now();
+        let mut taken = Vec::new();
+        for l in self.rows.lock().values_mut() {
+            if l.owner == previous {
+                l.owner = owner.to_owned();
+                l.epoch += 1;
+                l.expires_at = until(now, ttl);
+                l.acquired_at = now;
+                l.renewed_at = now;
+                l.live = true;
+                taken.push(l.clone());
+            }
+        }
+        Ok(taken)
     }
 }
 
@@ -434,5 +470,30 @@ impl LeaseStore for PostgresLeases {
             .map_err(crate::query_err("checking a lease"))?;
         row.try_get(0)
             .map_err(|e| StoreError::decode("leases", crate::describe(&e)))
+    }
+
+    async fn take_over(
+        &self,
+        previous: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if previous.is_empty() || owner.is_empty() || previous == owner {
+            return Ok(Vec::new());
+        }
+        let client = self.db.client().await?;
+        let rows = client
+            .query(
+                "UPDATE leases SET owner = $2, epoch = epoch + 1,
+                        expires_at = clock_timestamp() + make_interval(secs => $3),
+                        acquired_at = clock_timestamp(), renewed_at = clock_timestamp()
+                 WHERE owner = $1
+                 RETURNING resource, owner, epoch, expires_at, preferred, meta, acquired_at,
+                           renewed_at, true",
+                &[&previous, &owner, &ttl.as_secs_f64()],
+            )
+            .await
+            .map_err(crate::query_err("taking over leases"))?;
+        rows.iter().map(lease_of).collect()
     }
 }
