@@ -47,5 +47,6 @@ pub use local_token::{
     LOCAL_TOKEN_ID, install_local_token, local_token_path, read_local_token, wants_local_token,
 };
 pub use routes::dashboard::page_weight as dashboard_page_weight;
+pub use routes::fleet::drain_event as fleet_drain_event;
 pub use serve::{Api, Background, bind, local_addr};
 pub use state::{ApiBuilder, ApiLimits, ApiState, ApiStores};

@@ -80,6 +80,8 @@ pub struct ApiStores {
     pub webhooks: Arc<dyn WebhookDeliveries>,
     pub config: Arc<dyn ConfigRevisions>,
     pub ledger: Arc<dyn TokenLedger>,
+    /// The fleet's leases (`GET /fleet`).
+    pub leases: Arc<dyn crewlet_store::LeaseStore>,
 }
 
 impl From<&Stores> for ApiStores {
@@ -89,6 +91,7 @@ impl From<&Stores> for ApiStores {
             webhooks: s.webhooks.clone(),
             config: s.config.clone(),
             ledger: s.ledger.clone(),
+            leases: s.leases.clone(),
         }
     }
 }

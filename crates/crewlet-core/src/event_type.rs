@@ -154,6 +154,7 @@ event_types! {
     TurnTriggerSkipped = "turn_trigger_skipped" => System,
     SeatClaimed = "seat_claimed" => System,
     SeatReleased = "seat_released" => System,
+    FleetControl = "fleet_control" => System,
     // communication
     MessageSent = "message_sent" => Communication,
     // decision

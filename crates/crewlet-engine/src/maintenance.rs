@@ -24,6 +24,9 @@ use tracing::{debug, info, warn};
 
 /// How often a running engine does its upkeep (the first step runs at boot).
 pub const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long finished turns stay in the completion ledger and their steps
+/// in the effect journal (`crewlet replay` reads them back).
+pub const FLEET_RETENTION_DAYS: i64 = 14;
 /// Weeks of partitions kept ready after the current one.
 pub const PARTITION_WEEKS_AHEAD: u32 = crewlet_store::partitions::DEFAULT_WEEKS_AHEAD;
 
@@ -58,6 +61,10 @@ pub struct MaintenanceReport {
     pub diary_rows_expired: u64,
     /// Raw episodes folded into compacted ones (learning on).
     pub episodes_compacted: usize,
+    /// Completion ledger rows past the retention horizon, deleted.
+    pub completions_pruned: u64,
+    /// Turn journal entries past the retention horizon, deleted.
+    pub journal_pruned: u64,
     /// What failed, one line each (already logged).
     pub failures: Vec<String>,
 }
@@ -118,6 +125,17 @@ impl Maintenance {
                 }
             }
         }
+        // The fleet's ledgers: finished work is remembered for a retention
+        // horizon (a redelivery older than that is not expected).
+        let horizon = now - chrono::Duration::days(FLEET_RETENTION_DAYS);
+        match self.stores.completions.prune(horizon).await {
+            Ok(n) => report.completions_pruned = n,
+            Err(e) => report.failures.push(format!("turn completions: {e}")),
+        }
+        match self.stores.journal.prune(horizon).await {
+            Ok(n) => report.journal_pruned = n,
+            Err(e) => report.failures.push(format!("turn journal: {e}")),
+        }
         if let Some(learning) = &self.learning {
             let (expired, compacted) = learning.maintain().await;
             report.diary_rows_expired = expired;
@@ -137,12 +155,19 @@ impl Maintenance {
 
     /// Runs [`step`](Self::step) now and then every `every` (at least a
     /// second) until the task is aborted.
-    pub fn spawn(self, every: Duration) -> JoinHandle<()> {
+    /// In a fleet (`duties`), a tick runs only on the node holding the
+    /// `maintenance` duty.
+    pub fn spawn(self, every: Duration, duties: Option<crate::fleet::Duties>) -> JoinHandle<()> {
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(every.max(Duration::from_secs(1)));
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
+                if let Some(d) = &duties
+                    && !d.hold(crate::fleet::duties::MAINTENANCE).await
+                {
+                    continue;
+                }
                 self.step(Utc::now()).await;
             }
         })

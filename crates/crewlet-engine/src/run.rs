@@ -43,9 +43,11 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::company::{active_company, import_company, local_author, sibling_company_file};
-use crate::engine::{Engine, EngineBuilder, EngineOptions};
+use crate::engine::{Engine, EngineBuilder, EngineOptions, FleetHandles};
 use crate::error::EngineError;
+use crate::fleet::{Duties, NodeIdentity, SeatHost};
 use crewlet_backends::Backends;
+use crewlet_config::NodeRole;
 
 /// How often the store is asked whether another revision was activated.
 const REVISION_POLL: Duration = Duration::from_secs(5);
@@ -65,6 +67,8 @@ pub struct RunOptions {
     pub debug: bool,
     /// Read tool skills from this folder instead of the knowledge backend.
     pub tool_skills_dir: Option<PathBuf>,
+    /// What this node does (`--roles`; over the bootstrap's `node.roles`).
+    pub roles: Option<Vec<crewlet_config::NodeRole>>,
 }
 
 /// Logs and traces for the process, through `crewlet-telemetry`: JSON lines
@@ -249,6 +253,40 @@ async fn next_revision(
     }
 }
 
+/// Follows `fleet_control` on the queue: a `drain` for this node hands its
+/// seats over (`crewlet node drain`); `/ready` answers 503 from then on.
+async fn follow_drains(
+    backends: &Backends,
+    host: &Arc<SeatHost>,
+    slot: &Arc<EngineSlot>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let topic = crewlet_queue::topics::events(&crewlet_core::EventType::FleetControl);
+    let mut stream = match backends.queue.subscribe_stream(&topic).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot follow fleet control on the queue; `crewlet node drain` will not reach this node (SIGTERM still drains it)");
+            return None;
+        }
+    };
+    let (host, slot) = (host.clone(), slot.clone());
+    Some(tokio::spawn(async move {
+        while let Some(event) = stream.recv().await {
+            let p = &event.event.payload;
+            if p["node"].as_str() != Some(host.identity().id.as_str()) {
+                continue;
+            }
+            if p["command"].as_str() == Some("drain") {
+                slot.draining.store(true, Ordering::Release);
+                let host = host.clone();
+                tokio::spawn(async move {
+                    host.drain().await;
+                    info!(node = %host.identity().id, "drained: this node holds no seat; stop it when convenient");
+                });
+            }
+        }
+    }))
+}
+
 /// [`run`] with a caller-chosen shutdown trigger (tests, embedding).
 pub async fn run_until(
     bootstrap: Bootstrap,
@@ -308,10 +346,25 @@ async fn serve(
     // that cannot open it stops the start here, naming the key id.
     let secrets = crewlet_backends::Secrets::open(bootstrap, &backends.stores).await?;
     let slot = Arc::new(EngineSlot::default());
+    let identity = NodeIdentity::resolve(
+        bootstrap.node.as_ref(),
+        |k| std::env::var(k).ok(),
+        options.roles.as_deref(),
+    );
+    info!(node = %identity.id, incarnation = %identity.incarnation,
+        roles = ?identity.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>(), "fleet node");
+    if backends.stores.database.is_none() && backends.queue.is_durable() {
+        warn!(node = %identity.id,
+            "seat_placement_is_process_local: no providers.database, so seat leases live in this process; a second engine on this queue would run the same seats (configure providers.database to run a fleet)");
+    }
     // One set of memory stores for every engine this process runs (across
     // config reloads) and for the embedded API's memory route.
     let memory = crate::learning::memory_stores(&backends.stores).await;
-    let port = options.api_port.unwrap_or(bootstrap.api.port);
+    let mut port = options.api_port.unwrap_or(bootstrap.api.port);
+    if port > 0 && !identity.has(NodeRole::Ingress) {
+        info!(node = %identity.id, "this node has no ingress role: no embedded api");
+        port = 0;
+    }
     let (api_stop, api_task, api_state) = if port > 0 {
         let host = options
             .api_host
@@ -353,7 +406,25 @@ async fn serve(
         (None, None, None)
     };
 
+    let api_address = (port > 0).then(|| {
+        let host = options.api_host.as_deref().unwrap_or(&bootstrap.api.host);
+        format!("http://{host}:{port}")
+    });
+    let host = SeatHost::new(
+        identity.clone(),
+        backends.stores.leases.clone(),
+        backends.queue.clone(),
+        api_address,
+    );
+    let fleet = FleetHandles {
+        host: host.clone(),
+        duties: Duties::new(identity.clone(), backends.stores.leases.clone()),
+    };
     let engine_options = EngineOptions {
+        node_name: identity.id.clone(),
+        // Routing is org-derived: any node with seats or duties may route.
+        run_router: identity.has(NodeRole::Seats) || identity.has(NodeRole::Duties),
+        fleet: Some(fleet),
         // The embedded API deletes old webhook delivery claims itself.
         gc_webhook_deliveries: api_task.is_none(),
         env: security.company_lookup(secrets.lookup(Arc::new(crewlet_config::process_env))),
@@ -390,6 +461,11 @@ async fn serve(
             None
         }
     };
+    if let Some((company, _)) = &current {
+        host.set_company(&Organization::new(company));
+    }
+    host.start().await;
+    let drains = follow_drains(backends, &host, &slot).await;
     let mut result = Ok(());
     let mut engine: Option<Engine> = None;
     // The revision the loop last acted on (the running one, or one that
@@ -406,6 +482,7 @@ async fn serve(
                 warn!(error = %e, "cannot read the secret store; keeping the secrets loaded before");
             }
             seen = Some((rev.revision_id, rev.activated_at));
+            host.set_company(&Organization::new(&company));
             let mut builder = EngineBuilder::new(company, backends)
                 .revision(Some(rev.revision_id))
                 .options(engine_options.clone());
@@ -434,6 +511,8 @@ async fn serve(
                         }));
                         retiring.push(tokio::spawn(async move { previous.retire(&org).await }));
                     }
+                    // Seats the node claimed meanwhile attach here.
+                    host.set_target(Arc::new(next.clone())).await;
                     slot.set(Some(next.clone()));
                     // The API shares the engine's company from now on.
                     if let Some(api) = &api_state {
@@ -458,6 +537,9 @@ async fn serve(
         }
     }
     slot.draining.store(true, Ordering::Release);
+    if let Some(task) = drains {
+        task.abort();
+    }
     if let Some(e) = engine.take() {
         e.shutdown().await;
         slot.set(None);
@@ -465,6 +547,9 @@ async fn serve(
     for task in retiring {
         let _ = task.await;
     }
+    // The seats are detached: peers may take them at their next sweep
+    // instead of waiting for the leases to lapse.
+    host.stop().await;
     slot.draining.store(true, Ordering::Release);
     if let (Some(stop), Some(task)) = (api_stop, api_task) {
         stop.notify_one();

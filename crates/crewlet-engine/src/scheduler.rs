@@ -278,7 +278,13 @@ impl Scheduler {
     }
 
     /// Runs the tick loop until the task is aborted.
-    pub fn spawn(self: Arc<Self>, tick: Duration) -> tokio::task::JoinHandle<()> {
+    /// In a fleet (`duties`), a tick fires only on the node holding the
+    /// `scheduler` duty (the claims keep fires at most once either way).
+    pub fn spawn(
+        self: Arc<Self>,
+        tick: Duration,
+        duties: Option<crate::fleet::Duties>,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let tick = tick.max(Duration::from_secs(1));
             let step = chrono::Duration::from_std(tick).unwrap_or(chrono::Duration::seconds(10));
@@ -290,6 +296,11 @@ impl Scheduler {
             loop {
                 interval.tick().await;
                 let now = Utc::now();
+                if let Some(d) = &duties
+                    && !d.hold(crate::fleet::duties::SCHEDULER).await
+                {
+                    continue;
+                }
                 if now > last {
                     self.fire_due(last, now).await;
                     last = now;

@@ -156,6 +156,8 @@ pub(crate) struct TurnRuntime {
     statuses: Vec<Arc<dyn crate::working::WorkingStatus>>,
     /// Colleague asks: an answering turn's result goes back to the asker.
     asks: Option<Arc<crate::colleagues::Asks>>,
+    /// The node the turns run on (its seat host, when in a fleet).
+    node: crate::fleet::work::TurnNode,
 }
 
 impl TurnRuntime {
@@ -176,7 +178,21 @@ impl TurnRuntime {
             turn_ended: Notify::new(),
             statuses: Vec::new(),
             asks: None,
+            node: crate::fleet::work::TurnNode {
+                host: None,
+                incarnation: format!("local:{}", std::process::id()),
+            },
         }
+    }
+
+    /// Runs turns as a node of a fleet: a turn starts only on a seat the
+    /// host holds, and journals under its fence.
+    pub fn with_fleet(mut self, host: Option<Arc<crate::fleet::SeatHost>>) -> Self {
+        if let Some(h) = &host {
+            self.node.incarnation = h.identity().incarnation.clone();
+        }
+        self.node.host = host;
+        self
     }
 
     /// Sends the results of colleague tasks back to their askers.
@@ -258,10 +274,24 @@ impl EventHandler for InboxHandler {
     async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), HandlerError> {
         let handle = self.seat.seat.handle.as_str();
         let mut seen = std::collections::HashSet::new();
-        let fresh: Vec<Delivery> = batch
+        let mut fresh: Vec<Delivery> = batch
             .into_iter()
             .filter(|d| seen.insert(d.event.id) && !self.seat.handled.contains(&d.event.id))
             .collect();
+        // Triggers this seat already worked (on any node) are not run again.
+        let ids: Vec<Uuid> = fresh
+            .iter()
+            .filter(|d| d.event.event_type == EventType::TaskCreated)
+            .map(|d| d.event.id)
+            .collect();
+        if !ids.is_empty() {
+            let done = crate::fleet::work::completed(&self.runtime.stores, handle, &ids).await;
+            for d in fresh.iter().filter(|d| done.contains(&d.event.id)) {
+                crate::fleet::work::announce_skipped(self.queue.as_ref(), &d.event, handle).await;
+                self.seat.handled.insert(d.event.id);
+            }
+            fresh.retain(|d| !done.contains(&d.event.id));
+        }
         if fresh.len() > 1
             && let Some(merged) = crate::coalesce::merge(handle, &fresh)
         {
@@ -281,7 +311,7 @@ impl EventHandler for InboxHandler {
                 )
                 .await;
             let latest_task = merged.delivery.event.task_id.clone();
-            let outcome = self.run_task(merged.delivery).await?;
+            let outcome = self.run_task(merged.delivery, ids.clone()).await?;
             for id in ids {
                 self.seat.handled.insert(id);
             }
@@ -307,7 +337,8 @@ impl EventHandler for InboxHandler {
     }
 
     async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
-        self.run_task(delivery).await.map(|_| ())
+        let id = delivery.event.id;
+        self.run_task(delivery, vec![id]).await.map(|_| ())
     }
 }
 
@@ -373,6 +404,7 @@ impl InboxHandler {
     async fn run_task(
         &self,
         delivery: Delivery,
+        constituents: Vec<Uuid>,
     ) -> Result<Option<crewlet_turn::TurnOutcome>, HandlerError> {
         let event = &delivery.event;
         let handle = self.seat.seat.handle.as_str();
@@ -412,6 +444,42 @@ impl InboxHandler {
         // A spent budget pauses the seat: its tasks wait until the budget
         // is reset, raised (a new revision) or starts a new period.
         self.wait_while_paused().await?;
+
+        // In a fleet, a turn starts only under a freshly renewed seat lease;
+        // its journal (what an interrupted run of it already did) is read.
+        let node = &self.runtime.node;
+        let fence = match &node.host {
+            Some(host) => match host.admit(handle).await {
+                Some(fence) => Some(fence),
+                None => {
+                    return Err(HandlerError::new(
+                        "the seat is not held by this node; the task stays in the inbox",
+                    ));
+                }
+            },
+            None => None,
+        };
+        let journal = match crate::fleet::work::open_journal(
+            &self.runtime.stores,
+            event,
+            &trigger.task_id,
+            handle,
+            &node.incarnation,
+            fence.clone(),
+        )
+        .await
+        {
+            Ok(j) => j,
+            Err(e) => {
+                return Err(HandlerError::new(format!(
+                    "cannot read the turn journal; the task stays in the inbox: {e}"
+                )));
+            }
+        };
+        if journal.recorded_entries() > 0 {
+            crate::fleet::work::announce_resumed(self.queue.as_ref(), event, handle, &journal)
+                .await;
+        }
 
         // The global cap: wait for a slot, unless the engine starts stopping.
         let permit = {
@@ -457,12 +525,21 @@ impl InboxHandler {
         let outcome = self
             .runtime
             .turns
-            .run_turn(&self.seat.profile, &trigger)
+            .run_turn_journaled(&self.seat.profile, &trigger, Some(&journal))
             .instrument(span)
             .await;
         drop(working);
         drop(permit);
         drop(running);
+        if outcome
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.reason == crewlet_turn::FailureReason::Fenced)
+        {
+            return Err(HandlerError::new(
+                "the seat moved to another node mid-turn; its new holder resumes the turn",
+            ));
+        }
         if outcome.should_retry() {
             warn!(agent = handle, task_id = %outcome.task_id, attempt = delivery.attempt,
                   "turn could not be recorded (database unavailable); the task goes back to the inbox");
@@ -470,6 +547,15 @@ impl InboxHandler {
                 "the database became unavailable during the turn; the task will run again",
             ));
         }
+        crate::fleet::work::record(
+            &self.runtime.stores,
+            handle,
+            constituents,
+            &outcome,
+            &node.incarnation,
+            fence.as_ref(),
+        )
+        .await;
         if let Some(crewlet_turn::TurnFailure {
             reason: crewlet_turn::FailureReason::BudgetExhausted(refusal),
             ..

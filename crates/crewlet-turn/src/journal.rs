@@ -45,6 +45,10 @@ pub struct ToolStarted {
     pub call_id: String,
     pub name: String,
     pub arguments: Value,
+    /// The tool said it changes nothing (a replay offers it where the
+    /// turn offered read-only tools).
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// A tool call's result as journaled.

@@ -7,8 +7,10 @@ mod confluence;
 mod gitlab;
 mod mattermost;
 mod migrate;
+mod node;
 mod plane;
 mod provisioning;
+mod replay;
 mod run;
 mod run_api;
 mod schema;
@@ -55,6 +57,11 @@ pub enum Command {
     Secrets(secrets::Args),
     /// Hand a seat work through the running API (`task send HANDLE TEXT --wait`).
     Task(task::Args),
+    /// The fleet's nodes: `list`, `drain NODE` (hand its seats over).
+    Node(node::Args),
+    /// Re-run a recorded turn from its journal, step by step, with no model
+    /// call and no tool run (`--from-step N --model NAME`: the rest live).
+    Replay(replay::Args),
     /// Mattermost bots: `provision` the seats' bots and tokens, `doctor`
     /// checks an install.
     Mattermost(mattermost::Args),
@@ -83,6 +90,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Budgets(args) => budgets::run(args),
         Command::Secrets(args) => secrets::run(args),
         Command::Task(args) => task::run(args),
+        Command::Node(args) => node::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Mattermost(args) => mattermost::run(args),
         Command::Slack(args) => slack::run(args),
         Command::Confluence(args) => confluence::run(args),

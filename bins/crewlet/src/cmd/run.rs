@@ -1,5 +1,5 @@
 //! `crewlet run [config] [--import-company FILE] [--api-port N] [--api-host H]
-//! [--tool-skills DIR] [--debug]`: the engine, with the embedded API when `api.port > 0` or
+//! [--tool-skills DIR] [--roles ingress,seats,duties] [--debug]`: the engine, with the embedded API when `api.port > 0` or
 //! `--api-port` is given. `crewlet run api ...` is the standalone API
 //! (`run_api.rs`). Everything happens in `crewlet_engine::run`.
 
@@ -45,6 +45,11 @@ pub struct Args {
     /// `examples/tool-skills`) instead of the knowledge backend.
     #[arg(long, value_name = "DIR")]
     pub tool_skills: Option<PathBuf>,
+    /// What this node of a fleet does: a comma list of `ingress` (the API),
+    /// `seats` (runs agent seats), `duties` (scheduler, maintenance);
+    /// default `node.roles` of the config, else all three.
+    #[arg(long, value_name = "ROLES")]
+    pub roles: Option<String>,
 }
 
 pub fn dispatch(args: RunArgs) -> Result<ExitCode> {
@@ -55,6 +60,12 @@ pub fn dispatch(args: RunArgs) -> Result<ExitCode> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    let roles = args
+        .roles
+        .as_deref()
+        .map(crewlet_engine::fleet::parse_roles)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--roles: {e}"))?;
     let bootstrap = Bootstrap::load(args.config.as_deref())?;
     let telemetry = crewlet_engine::init_telemetry(&bootstrap, args.debug);
     let options = RunOptions {
@@ -64,6 +75,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         api_host: args.api_host,
         debug: args.debug,
         tool_skills_dir: args.tool_skills,
+        roles,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -7,6 +7,7 @@ pub(crate) mod budgets;
 pub(crate) mod config;
 pub(crate) mod dashboard;
 pub(crate) mod events;
+pub(crate) mod fleet;
 pub(crate) mod memory;
 pub(crate) mod probes;
 pub(crate) mod schedules;
@@ -49,6 +50,7 @@ use crate::state::ApiState;
         (name = "memory", description = "what agent seats remember"),
         (name = "events", description = "the event store"),
         (name = "tokens", description = "token use and budgets"),
+        (name = "fleet", description = "the nodes of the fleet and the seats and duties each holds"),
         (name = "config", description = "the company configuration (token required)"),
         (name = "webhooks", description = "inbound webhooks (no bearer auth; signed by the source)"),
         (name = "meta", description = "this document")
@@ -97,6 +99,8 @@ pub(crate) fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(events::event))
         .routes(routes!(events::trace))
         .routes(routes!(events::token_breakdown))
+        .routes(routes!(fleet::fleet))
+        .routes(routes!(fleet::drain_node))
         .routes(routes!(budgets::budgets))
         .routes(routes!(budgets::reset_budget))
         .routes(routes!(stream::snapshot))

@@ -333,7 +333,8 @@ impl EngineBuilder {
                 learning.clone(),
             )
             .with_statuses(statuses)
-            .with_asks(asks),
+            .with_asks(asks)
+            .with_fleet(options.fleet.as_ref().map(|f| f.host.clone())),
         );
         let shared = Arc::new(Shared {
             company,
@@ -361,6 +362,7 @@ impl EngineBuilder {
             retire_begun: AtomicBool::new(false),
             retiring: tokio::sync::watch::channel(false).0,
             taken_over: tokio::sync::Notify::new(),
+            attached: Mutex::new(std::collections::HashSet::new()),
             started_at: Utc::now(),
             options,
         });
@@ -420,7 +422,7 @@ fn seat_runtimes(company: &Company, org: &Organization) -> SeatRuntimes {
 }
 
 /// The company's `turn_engine` section as the turn engine's knobs.
-fn turn_settings(company: &Company, options: &EngineOptions) -> TurnSettings {
+pub(crate) fn turn_settings(company: &Company, options: &EngineOptions) -> TurnSettings {
     let te = &company.turn_engine;
     TurnSettings {
         max_iterations: te.max_iterations,
@@ -435,7 +437,7 @@ fn turn_settings(company: &Company, options: &EngineOptions) -> TurnSettings {
     }
 }
 
-fn company_profile(company: &Company) -> CompanyProfile {
+pub(crate) fn company_profile(company: &Company) -> CompanyProfile {
     CompanyProfile {
         name: company.name.clone(),
         mission: company.mission.clone().unwrap_or_default(),
@@ -522,9 +524,16 @@ impl Engine {
             .partition(|h| from.is_some_and(|f| f.shared.seats.contains_key(h)));
         if let Some(from) = from {
             for handle in kept {
+                // Attached once the predecessor gives it up, not before.
+                self.mark_attached(&handle);
                 self.take_over_seat(from.clone(), handle);
             }
         }
+        // A fleet node attaches only the seats it holds (more as it claims).
+        let fresh: Vec<String> = fresh
+            .into_iter()
+            .filter(|h| self.hosts(h) && self.mark_attached(h))
+            .collect();
         let subscribed: Vec<Result<(String, Subscription), EngineError>> =
             futures::stream::iter(fresh)
                 .map(|handle| self.subscribe_inbox(handle))
@@ -683,14 +692,19 @@ impl Engine {
         let scheduler = Arc::new(scheduler);
         if options.run_scheduler && company.scheduling.enabled && !scheduler.entries().is_empty() {
             let tick = Duration::from_secs(u64::from(company.scheduling.tick_seconds.max(1)));
-            self.shared.tasks.lock().push(scheduler.clone().spawn(tick));
+            let duties = options.fleet.as_ref().map(|f| f.duties.clone());
+            self.shared
+                .tasks
+                .lock()
+                .push(scheduler.clone().spawn(tick, duties));
         }
         *self.shared.scheduler.lock() = Some(scheduler);
         if let Some(every) = options.maintenance_interval {
             let upkeep = Maintenance::new(self.shared.stores.clone())
                 .gc_webhooks(options.gc_webhook_deliveries)
                 .learning(self.shared.learning.clone());
-            self.shared.tasks.lock().push(upkeep.spawn(every));
+            let duties = options.fleet.as_ref().map(|f| f.duties.clone());
+            self.shared.tasks.lock().push(upkeep.spawn(every, duties));
         }
     }
 

@@ -125,7 +125,7 @@ impl Engine {
 
     /// Takes the members whose key matches out of the engine and detaches
     /// them.
-    async fn close_subscriptions(&self, matches: impl Fn(&str) -> bool) {
+    pub(super) async fn close_subscriptions(&self, matches: impl Fn(&str) -> bool) {
         let taken: Vec<crewlet_queue::Subscription> = {
             let mut subs = self.shared.subscriptions.lock();
             let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *subs)
@@ -221,6 +221,12 @@ impl Engine {
             drop(from);
             loop {
                 if me.shared.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                if !me.hosts(&handle) {
+                    // The node gave the seat up meanwhile.
+                    me.shared.attached.lock().remove(&handle);
+                    me.shared.taken_over.notify_waiters();
                     return;
                 }
                 match me.subscribe_inbox(handle.clone()).await {

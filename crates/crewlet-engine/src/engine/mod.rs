@@ -16,6 +16,7 @@
 
 mod builder;
 mod handover;
+mod hosting;
 mod options;
 mod profile;
 
@@ -39,7 +40,8 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 pub use builder::EngineBuilder;
-pub use options::{EngineOptions, EnvLookup};
+pub(crate) use builder::{company_profile, turn_settings};
+pub use options::{EngineOptions, EnvLookup, FleetHandles};
 pub use profile::seat_profile;
 
 use crate::error::EngineError;
@@ -91,6 +93,8 @@ struct Shared {
     retiring: tokio::sync::watch::Sender<bool>,
     /// Told each time a seat taken over from the predecessor is attached.
     taken_over: tokio::sync::Notify,
+    /// Seats attached (or attaching) here.
+    attached: Mutex<std::collections::HashSet<String>>,
     started_at: DateTime<Utc>,
     options: EngineOptions,
 }

@@ -41,6 +41,17 @@ pub struct EngineOptions {
     pub ask_escalate_after: Duration,
     /// Where the tool skills are read from, and how often.
     pub tool_skills: crate::tool_skills::SkillSyncOptions,
+    /// This process as a fleet node: the seats it holds by lease and the
+    /// duties it may run. `None`: the engine runs every seat and every
+    /// duty (one process, tests, embedding).
+    pub fleet: Option<FleetHandles>,
+}
+
+/// What an engine of a fleet node works with.
+#[derive(Clone, Debug)]
+pub struct FleetHandles {
+    pub host: Arc<crate::fleet::SeatHost>,
+    pub duties: crate::fleet::Duties,
 }
 
 impl Default for EngineOptions {
@@ -58,6 +69,7 @@ impl Default for EngineOptions {
             mattermost: Default::default(),
             ask_escalate_after: crate::colleagues::DEFAULT_ESCALATE_AFTER,
             tool_skills: Default::default(),
+            fleet: None,
         }
     }
 }
@@ -75,6 +87,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("gc_webhook_deliveries", &self.gc_webhook_deliveries)
             .field("ask_escalate_after", &self.ask_escalate_after)
             .field("tool_skills", &self.tool_skills)
+            .field("fleet", &self.fleet)
             .finish_non_exhaustive()
     }
 }

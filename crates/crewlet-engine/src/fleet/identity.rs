@@ -103,7 +103,10 @@ pub fn parse_roles(text: &str) -> Result<Vec<NodeRole>, String> {
         .filter(|s| !s.trim().is_empty())
         .map(|s| {
             NodeRole::parse(s).ok_or_else(|| {
-                format!("unknown node role `{}`: use ingress, seats or duties", s.trim())
+                format!(
+                    "unknown node role `{}`: use ingress, seats or duties",
+                    s.trim()
+                )
             })
         })
         .collect()

@@ -83,11 +83,8 @@ pub fn plan(
     let mut out = PlacementPlan::default();
     let known: BTreeSet<&str> = seats.iter().map(|s| s.handle.as_str()).collect();
     // Seats the company no longer has.
-    out.release.extend(
-        held.iter()
-            .filter(|h| !known.contains(h.as_str()))
-            .cloned(),
-    );
+    out.release
+        .extend(held.iter().filter(|h| !known.contains(h.as_str())).cloned());
     let mut groups: BTreeMap<String, Vec<&SeatSpec>> = BTreeMap::new();
     for s in seats {
         groups
@@ -116,7 +113,25 @@ pub fn plan(
             continue;
         }
         let share = members.len().div_ceil(eligible_nodes);
-        if mine.len() > share {
+        // While a peer holds less than the even floor, hold no more than
+        // the floor (so 10 seats on 3 nodes end 4/3/3, not 4/4/2).
+        let floor = members.len() / eligible_nodes;
+        let group: BTreeSet<&str> = members.iter().map(|s| s.handle.as_str()).collect();
+        let poorest_peer = live
+            .iter()
+            .filter(|n| n.id != me.id && eligible(n, placement))
+            .map(|n| {
+                leases
+                    .iter()
+                    .filter(|(h, l)| l.live && l.node == n.id && group.contains(h.as_str()))
+                    .count()
+            })
+            .min();
+        let cap = match poorest_peer {
+            Some(p) if p < floor && mine.len() > floor => floor,
+            _ => share,
+        };
+        if mine.len() > cap {
             // Hand back the seats that were last someone else's first.
             let mut extra: Vec<&str> = mine.clone();
             extra.sort_by_key(|h| {
@@ -126,7 +141,7 @@ pub fn plan(
                 )
             });
             out.release
-                .extend(extra.iter().take(mine.len() - share).map(|h| (*h).to_owned()));
+                .extend(extra.iter().take(mine.len() - cap).map(|h| (*h).to_owned()));
             continue;
         }
         let room = share - mine.len();
@@ -194,11 +209,23 @@ mod tests {
                 let held = held_by(&leases, &me.id);
                 let p = plan(me, nodes, seats, &leases, &held, false);
                 for h in p.release {
-                    leases.insert(h, SeatLeaseView { node: me.id.clone(), live: false });
+                    leases.insert(
+                        h,
+                        SeatLeaseView {
+                            node: me.id.clone(),
+                            live: false,
+                        },
+                    );
                     changed = true;
                 }
                 for h in p.claim {
-                    leases.insert(h, SeatLeaseView { node: me.id.clone(), live: true });
+                    leases.insert(
+                        h,
+                        SeatLeaseView {
+                            node: me.id.clone(),
+                            live: true,
+                        },
+                    );
                     changed = true;
                 }
             }
@@ -264,7 +291,11 @@ mod tests {
                 }),
             });
         }
-        let nodes = [node("a", &[]), node("b", &[]), node("eu-1", &[("zone", "eu")])];
+        let nodes = [
+            node("a", &[]),
+            node("b", &[]),
+            node("eu-1", &[("zone", "eu")]),
+        ];
         let leases = converge(&nodes, &all, BTreeMap::new());
         let c = counts(&leases);
         // Every eu seat on the one eu node; the free seat anywhere.
@@ -302,9 +333,23 @@ mod tests {
         let mut ingress = node("api", &[]);
         ingress.seats = false;
         let nodes = [node("a", &[]), ingress.clone()];
-        let p = plan(&nodes[0], &nodes, &seats(4), &BTreeMap::new(), &BTreeSet::new(), false);
+        let p = plan(
+            &nodes[0],
+            &nodes,
+            &seats(4),
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            false,
+        );
         assert_eq!(p.claim.len(), 4);
-        let p = plan(&ingress, &nodes, &seats(4), &BTreeMap::new(), &BTreeSet::new(), false);
+        let p = plan(
+            &ingress,
+            &nodes,
+            &seats(4),
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            false,
+        );
         assert!(p.claim.is_empty());
     }
 }

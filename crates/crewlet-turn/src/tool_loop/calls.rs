@@ -230,9 +230,9 @@ pub(super) async fn run_planned(
     let (Some(plan), Some(journal)) = (plan, env.journal) else {
         return run_one(env.ctx, resolved).await;
     };
-    let args = match &resolved {
-        Resolved::Run(_, args) => args.clone(),
-        _ => Value::Null,
+    let (args, read_only) = match &resolved {
+        Resolved::Run(tool, args) => (args.clone(), tool.annotations().read_only),
+        _ => (Value::Null, false),
     };
     let (step, record, source) = match plan {
         ToolPlan::Recorded(r) => return Ok(recorded(r)),
@@ -264,6 +264,7 @@ pub(super) async fn run_planned(
                         call_id: tc.id.clone(),
                         name: tc.name.clone(),
                         arguments: args.clone(),
+                        read_only,
                     },
                 )
                 .await?;
