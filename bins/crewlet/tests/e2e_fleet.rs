@@ -160,7 +160,10 @@ roles:
         .await
     }
 
-    async fn clean_up(self) {
+    async fn clean_up(mut self) {
+        for n in &mut self.nodes {
+            n.proc.stop().await;
+        }
         drop(self.nodes);
         self.namespace.delete().await;
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -338,7 +341,8 @@ async fn a_node_killed_mid_turn_loses_nothing_and_repeats_no_effect() {
     assert_eq!(completed[0]["payload"]["final_artifact"], "posted");
     let resumed = events_of(&survivors[0], "turn_resumed", &task_id).await;
     assert_eq!(resumed.len(), 1, "the turn resumed from its journal once");
-    assert_eq!(resumed[0]["agent_handle"], "eng");
+    let entries = resumed[0]["payload"]["journal_entries"].as_u64().unwrap_or_default();
+    assert!(entries >= 4, "the resume read {entries} journal entries");
 
     // One comment, and no journaled step asked again: the plan and the call
     // that posted were asked once each (before the kill).
