@@ -71,6 +71,8 @@ benches! {
     Quotas => quotas,
     /// Live edit: PUT /config/roles/{handle} on the standalone API to `config_revision_applied` from the engine, on Pulsar + PostgreSQL: p50/p99 (target < 2 s).
     LiveEdit => live_edit,
+    /// Fleet: 10,000 seats over 3 `crewlet run` nodes on Pulsar + PostgreSQL: boot to every seat placed and attached, RSS per node, turns/s on the fleet against one node, failover after SIGKILL (p50/p99); and the effect journal's cost per tool call.
+    Fleet => fleet,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

@@ -40,6 +40,8 @@ pub struct FleetNode {
     pub heartbeat_at: String,
     /// Seats it holds.
     pub seats: Vec<String>,
+    /// Seats whose inbox it has attached (as of its last heartbeat).
+    pub seats_attached: u64,
     /// Duties it held last.
     pub duties: Vec<String>,
 }
@@ -149,6 +151,7 @@ pub async fn fleet(_: ReadAccess, State(state): State<ApiState>) -> HttpResult<J
                 draining: meta["draining"].as_bool().unwrap_or(false),
                 live: l.live,
                 heartbeat_at: l.renewed_at.to_rfc3339(),
+                seats_attached: meta["seats_attached"].as_u64().unwrap_or(0),
                 seats: seats
                     .iter()
                     .filter(|s| s.live && s.node == id)

@@ -108,4 +108,8 @@ impl SeatTarget for Engine {
     async fn detach(&self, handle: &str, graceful: bool) {
         self.detach_seat(handle, graceful).await;
     }
+
+    fn attached(&self) -> usize {
+        self.shared.attached.lock().len()
+    }
 }

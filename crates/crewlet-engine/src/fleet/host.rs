@@ -51,6 +51,9 @@ pub trait SeatTarget: Send + Sync {
     /// Detaches the seat. `graceful`: hold its inbox, let the running turn
     /// finish, then detach; otherwise detach at once.
     async fn detach(&self, handle: &str, graceful: bool);
+
+    /// Seats attached now.
+    fn attached(&self) -> usize;
 }
 
 /// What `/fleet` and `/health` show of this node's seats.
@@ -307,6 +310,7 @@ impl SeatHost {
         meta["pid"] = json!(std::process::id());
         meta["process_started"] = json!(process_start_ticks(std::process::id()));
         meta["draining"] = json!(self.is_draining());
+        meta["seats_attached"] = json!(self.target().map_or(0, |t| t.attached()));
         LeaseClaim::new(
             format!("{NODE_PREFIX}{}", self.identity.id),
             self.identity.id.clone(),
