@@ -92,7 +92,8 @@ impl Node {
 
     fn rss_mib(&self) -> f64 {
         let Some(c) = &self.child else { return 0.0 };
-        let status = std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -110,7 +111,9 @@ impl Node {
 
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
             let _ = c.wait();
         }
     }
@@ -179,7 +182,10 @@ async fn settled(bases: &[String], nodes: usize, seats: usize, timeout: Duration
         }
         if Instant::now() > deadline {
             let last = census(&bases[0]).await.map(|(n, h, a, _)| (n, h, a));
-            bail!("the fleet did not settle within {} s (live nodes, held, attached: {last:?})", timeout.as_secs());
+            bail!(
+                "the fleet did not settle within {} s (live nodes, held, attached: {last:?})",
+                timeout.as_secs()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -242,8 +248,14 @@ async fn journal_cost(
     for i in 0..calls {
         let started = Instant::now();
         for (kind, payload) in [
-            ("tool_started", json!({"call_id": "c", "name": "chat__post_message", "arguments": {"text": "x"}})),
-            ("tool_result", json!({"call_id": "c", "name": "chat__post_message", "content": "ok", "is_error": false})),
+            (
+                "tool_started",
+                json!({"call_id": "c", "name": "chat__post_message", "arguments": {"text": "x"}}),
+            ),
+            (
+                "tool_result",
+                json!({"call_id": "c", "name": "chat__post_message", "content": "ok", "is_error": false}),
+            ),
         ] {
             let entry = crewlet_store::NewJournalEntry {
                 task_key: format!("bench-{}", i / 20),
@@ -322,7 +334,8 @@ async fn throughput(
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let a = args()?;
-    let (Some(admin_dsn), Some(pulsar)) = (services::require_postgres(), services::require_pulsar())
+    let (Some(admin_dsn), Some(pulsar)) =
+        (services::require_postgres(), services::require_pulsar())
     else {
         bail!("bench fleet needs PostgreSQL and Pulsar: `cargo xtask services up`");
     };
@@ -353,13 +366,19 @@ async fn main() -> Result<()> {
             db.dsn, a.ttl, a.heartbeat
         ),
     )?;
-    std::fs::write(dir.join("company.yaml"), company(a.seats, &llm.openai_base_url()))?;
+    std::fs::write(
+        dir.join("company.yaml"),
+        company(a.seats, &llm.openai_base_url()),
+    )?;
     let import = Command::new(&a.binary)
         .args(["config", "import", "company.yaml", "--config", "cfg.yaml"])
         .current_dir(&dir)
         .output()?;
     if !import.status.success() {
-        bail!("config import failed: {}", String::from_utf8_lossy(&import.stderr));
+        bail!(
+            "config import failed: {}",
+            String::from_utf8_lossy(&import.stderr)
+        );
     }
 
     // 0. The journal's cost per tool call (PostgreSQL, then memory).
@@ -402,7 +421,11 @@ async fn main() -> Result<()> {
     let boot = started.elapsed();
     let spread: Vec<usize> = fleet["nodes"]
         .as_array()
-        .map(|n| n.iter().map(|n| n["seats"].as_array().map_or(0, Vec::len)).collect())
+        .map(|n| {
+            n.iter()
+                .map(|n| n["seats"].as_array().map_or(0, Vec::len))
+                .collect()
+        })
         .unwrap_or_default();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss: Vec<f64> = nodes.iter().map(Node::rss_mib).collect();
@@ -416,7 +439,10 @@ async fn main() -> Result<()> {
 
     // 2. Throughput, the fleet then one node.
     let fleet_tps = throughput(&bases, &pg, a.seats, a.turns, timeout).await?;
-    println!("bench fleet: {} turns on {} nodes: {fleet_tps:.1} turns/s", a.turns, a.nodes);
+    println!(
+        "bench fleet: {} turns on {} nodes: {fleet_tps:.1} turns/s",
+        a.turns, a.nodes
+    );
 
     // 3. Failover.
     let mut failovers = Vec::new();
@@ -435,7 +461,10 @@ async fn main() -> Result<()> {
             .and_then(|n| n.iter().find(|n| n["id"] == victim.as_str()))
             .and_then(|n| n["seats"].as_array().map(Vec::len))
             .unwrap_or(0);
-        let idx = nodes.iter().position(|n| n.id == victim).context("unknown victim")?;
+        let idx = nodes
+            .iter()
+            .position(|n| n.id == victim)
+            .context("unknown victim")?;
         nodes[idx].kill();
         let killed = Instant::now();
         let survivors: Vec<String> = nodes
@@ -468,16 +497,26 @@ async fn main() -> Result<()> {
     }
     settled(&bases[..1], 1, a.seats, timeout).await?;
     let one_tps = throughput(&bases[..1], &pg, a.seats, a.turns, timeout).await?;
-    println!("bench fleet: {} turns on 1 node: {one_tps:.1} turns/s", a.turns);
+    println!(
+        "bench fleet: {} turns on 1 node: {one_tps:.1} turns/s",
+        a.turns
+    );
 
     failovers.sort_unstable();
     let mut table = String::from("\n| measure | figure |\n|---|---:|\n");
     let _ = writeln!(table, "| seats / nodes | {} / {} |", a.seats, a.nodes);
-    let _ = writeln!(table, "| boot to every seat placed and attached | {:.2} s |", boot.as_secs_f64());
+    let _ = writeln!(
+        table,
+        "| boot to every seat placed and attached | {:.2} s |",
+        boot.as_secs_f64()
+    );
     let _ = writeln!(
         table,
         "| RSS per node | {} MiB |",
-        rss.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(" / ")
+        rss.iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
     );
     if !failovers.is_empty() {
         let _ = writeln!(
@@ -504,7 +543,9 @@ async fn main() -> Result<()> {
     println!("{table}");
     drop(nodes);
     let _ = reqwest::Client::new()
-        .delete(format!("{admin}/admin/v2/namespaces/public/{namespace}?force=true"))
+        .delete(format!(
+            "{admin}/admin/v2/namespaces/public/{namespace}?force=true"
+        ))
         .send()
         .await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -341,7 +341,9 @@ async fn a_node_killed_mid_turn_loses_nothing_and_repeats_no_effect() {
     assert_eq!(completed[0]["payload"]["final_artifact"], "posted");
     let resumed = events_of(&survivors[0], "turn_resumed", &task_id).await;
     assert_eq!(resumed.len(), 1, "the turn resumed from its journal once");
-    let entries = resumed[0]["payload"]["journal_entries"].as_u64().unwrap_or_default();
+    let entries = resumed[0]["payload"]["journal_entries"]
+        .as_u64()
+        .unwrap_or_default();
     assert!(entries >= 4, "the resume read {entries} journal entries");
 
     // One comment, and no journaled step asked again: the plan and the call

@@ -37,8 +37,8 @@ pub struct CurrentTask {
     pub trace_id: Option<String>,
 }
 
-/// Where a seat may run (the original engine's `placement`; this engine has
-/// no placement, so it is always empty).
+/// Where a seat may run in a fleet: the role's `placement` (empty: any
+/// node that runs seats).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Placement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,7 +89,21 @@ impl AgentView {
             role: seat.name.clone(),
             goal: seat.role.goal.clone().unwrap_or_default(),
             token_budget: seat.role.token_budget,
-            placement: Placement::default(),
+            placement: seat
+                .role
+                .placement
+                .as_deref()
+                .map(|p| Placement {
+                    node: Some(p.node.clone()).filter(|n| !n.is_empty()),
+                    labels: Some(
+                        p.labels
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    )
+                    .filter(|l: &std::collections::BTreeMap<String, String>| !l.is_empty()),
+                })
+                .unwrap_or_default(),
             kind: match seat.kind {
                 SeatKind::Agent => "agent".into(),
                 SeatKind::Human => "human".into(),

@@ -371,7 +371,7 @@ impl TurnJournal {
                         return ToolPlan::Uncertain(step);
                     }
                 }
-                (None, None) if self.is_replay() && state.steps.get(&step).is_none() => {
+                (None, None) if self.is_replay() && !state.steps.contains_key(&step) => {
                     // A replay past the end of its journal.
                     return ToolPlan::DryRun(step);
                 }

@@ -1,5 +1,5 @@
 //! `cargo xtask bench fleet`: a fleet of `crewlet run` processes on Pulsar
-//! + PostgreSQL: boot to every seat placed, RSS per node, turns/s across
+//! and PostgreSQL: boot to every seat placed, RSS per node, turns/s across
 //! the fleet against one node, failover after SIGKILL (p50/p99). The work
 //! is done by `bins/crewlet/examples/fleet_bench.rs` (release), which runs
 //! the release `crewlet` binary built first.
