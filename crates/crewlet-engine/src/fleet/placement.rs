@@ -323,7 +323,14 @@ mod tests {
     fn a_draining_node_gives_everything_back_and_claims_nothing() {
         let me = node("a", &[]);
         let held: BTreeSet<String> = ["s00".to_owned(), "s01".to_owned()].into();
-        let p = plan(&me, std::slice::from_ref(&me), &seats(4), &BTreeMap::new(), &held, true);
+        let p = plan(
+            &me,
+            std::slice::from_ref(&me),
+            &seats(4),
+            &BTreeMap::new(),
+            &held,
+            true,
+        );
         assert!(p.claim.is_empty());
         assert_eq!(p.release, vec!["s00".to_owned(), "s01".to_owned()]);
     }
