@@ -554,6 +554,7 @@ impl InboxHandler {
             &outcome,
             &node.incarnation,
             fence.as_ref(),
+            journal.task_key(),
         )
         .await;
         if let Some(crewlet_turn::TurnFailure {

@@ -98,7 +98,9 @@ pub(crate) async fn announce_resumed(
 }
 
 /// Records the finished turn in the ledger (failing open, with a warning:
-/// the turn's effects already shipped).
+/// the turn's effects already shipped). In memory (one process, nothing
+/// survives it) the turn's journal is dropped now instead of kept for
+/// replay, so a long-running embedded engine does not grow with it.
 pub(crate) async fn record(
     stores: &Stores,
     handle: &str,
@@ -106,7 +108,11 @@ pub(crate) async fn record(
     outcome: &TurnOutcome,
     node: &str,
     fence: Option<&Fence>,
+    journal_key: &str,
 ) {
+    if stores.database.is_none() {
+        let _ = stores.journal.truncate(journal_key, 0, None).await;
+    }
     let completion = TurnCompletion {
         seat: handle.to_owned(),
         trigger_ids: ids,
