@@ -399,6 +399,11 @@ async fn a_node_killed_mid_turn_loses_nothing_and_repeats_no_effect() {
         printed.contains("the recorded turn ended: done"),
         "{printed}"
     );
+    assert!(printed.contains("final artifact:\nposted"), "{printed}");
+    assert!(
+        !printed.contains("[live]"),
+        "a replay step ran live: {printed}"
+    );
     assert_eq!(posts(&fleet.mcp_log).len(), 1, "replay posted again");
     eprintln!("{printed}");
 

@@ -109,7 +109,7 @@ impl SeatTarget for Engine {
         self.detach_seat(handle, graceful).await;
     }
 
-    fn attached(&self) -> usize {
-        self.shared.attached.lock().len()
+    fn attached_handles(&self) -> Vec<String> {
+        self.shared.attached.lock().iter().cloned().collect()
     }
 }

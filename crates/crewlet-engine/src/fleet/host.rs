@@ -53,7 +53,12 @@ pub trait SeatTarget: Send + Sync {
     async fn detach(&self, handle: &str, graceful: bool);
 
     /// Seats attached now.
-    fn attached(&self) -> usize;
+    fn attached(&self) -> usize {
+        self.attached_handles().len()
+    }
+
+    /// The handles of the seats attached now.
+    fn attached_handles(&self) -> Vec<String>;
 }
 
 /// What `/fleet` and `/health` show of this node's seats.
@@ -441,6 +446,45 @@ impl SeatHost {
         if !plan.claim.is_empty() {
             self.claim(plan.claim).await;
         }
+        self.reconcile().await;
+    }
+
+    /// Makes the target's attached seats the held ones: a seat held but
+    /// not attached (claimed while no engine was set, or an attach that
+    /// failed) is attached; a seat attached but not held (given back while
+    /// an engine was still attaching it at boot) is detached at once.
+    async fn reconcile(&self) {
+        let Some(target) = self.target() else {
+            return;
+        };
+        let attached: BTreeSet<String> = target.attached_handles().into_iter().collect();
+        let (missing, extra): (Vec<String>, Vec<String>) = {
+            let s = self.state.lock();
+            (
+                s.held
+                    .keys()
+                    .filter(|h| !attached.contains(*h) && !s.releasing.contains(*h))
+                    .cloned()
+                    .collect(),
+                attached
+                    .iter()
+                    .filter(|h| !s.held.contains_key(*h))
+                    .cloned()
+                    .collect(),
+            )
+        };
+        for h in &extra {
+            warn!(agent = %h, "a seat attached here is not held here; detaching it");
+            target.detach(h, false).await;
+        }
+        futures::stream::iter(missing)
+            .for_each_concurrent(CONCURRENCY, |h| {
+                let t = target.clone();
+                async move {
+                    t.attach(&h).await;
+                }
+            })
+            .await;
     }
 
     async fn claim(&self, handles: Vec<String>) {
