@@ -71,6 +71,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/webhooks/confluence/{handle}"),
     ("get", "/openapi.json"),
     ("post", "/budgets/{scope}/reset"),
+    ("get", "/fleet"),
+    ("post", "/fleet/nodes/{id}/drain"),
     ("get", "/config/budgets"),
     ("put", "/config/budgets"),
 ];
