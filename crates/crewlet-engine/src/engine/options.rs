@@ -93,11 +93,6 @@ impl std::fmt::Debug for EngineOptions {
 }
 
 fn default_node_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "engine".into());
+    let host = crate::fleet::identity::host_name().unwrap_or_else(|| "engine".into());
     format!("{host}-{}", std::process::id())
 }

@@ -35,7 +35,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use super::identity::NodeIdentity;
+use super::identity::{NodeIdentity, host_name};
 use super::placement::{self, NodeView, SeatLeaseView, SeatSpec};
 
 /// How many seats attach or detach at once.
@@ -85,7 +85,10 @@ pub struct SeatHost {
     identity: NodeIdentity,
     leases: Arc<dyn LeaseStore>,
     queue: Arc<dyn EventQueue>,
-    api: Option<String>,
+    /// What the presence lease says that never changes for this process:
+    /// the identity, the host, the pid and when the process started (read
+    /// once, not at every heartbeat).
+    presence_meta: serde_json::Value,
     state: Mutex<State>,
     seats: Mutex<Vec<SeatSpec>>,
     target: Mutex<Option<Arc<dyn SeatTarget>>>,
@@ -126,11 +129,15 @@ impl SeatHost {
         queue: Arc<dyn EventQueue>,
         api: Option<String>,
     ) -> Arc<Self> {
+        let mut presence_meta = identity.meta(api.as_deref());
+        presence_meta["host"] = json!(host_name().unwrap_or_default());
+        presence_meta["pid"] = json!(std::process::id());
+        presence_meta["process_started"] = json!(process_start_ticks(std::process::id()));
         Arc::new(Self {
             identity,
             leases,
             queue,
-            api,
+            presence_meta,
             state: Mutex::new(State {
                 held: BTreeMap::new(),
                 releasing: BTreeSet::new(),
@@ -310,10 +317,7 @@ impl SeatHost {
     }
 
     fn presence_claim(&self) -> LeaseClaim {
-        let mut meta = self.identity.meta(self.api.as_deref());
-        meta["host"] = json!(host_name());
-        meta["pid"] = json!(std::process::id());
-        meta["process_started"] = json!(process_start_ticks(std::process::id()));
+        let mut meta = self.presence_meta.clone();
         meta["draining"] = json!(self.is_draining());
         meta["seats_attached"] = json!(self.target().map_or(0, |t| t.attached()));
         LeaseClaim::new(
@@ -622,12 +626,6 @@ impl SeatHost {
     }
 }
 
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default()
-}
-
 /// The start time of process `pid` (clock ticks since boot), when known.
 fn process_start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -639,8 +637,10 @@ fn process_start_ticks(pid: u32) -> Option<u64> {
 /// Whether the process a presence lease describes is provably gone: it
 /// ran on this host and its pid is ours, absent, or a later process.
 fn predecessor_is_gone(meta: &serde_json::Value) -> bool {
-    let host = host_name();
-    if host.is_empty() || meta["host"].as_str() != Some(host.as_str()) {
+    let Some(host) = host_name() else {
+        return false;
+    };
+    if meta["host"].as_str() != Some(host.as_str()) {
         return false;
     }
     let Some(pid) = meta["pid"].as_u64().and_then(|p| u32::try_from(p).ok()) else {
@@ -664,7 +664,7 @@ mod tests {
         let me = std::process::id();
         let started = process_start_ticks(me);
         assert!(started.is_some());
-        let host = host_name();
+        let host = host_name().unwrap_or_default();
         // Our own pid, started when we did: that is us, alive.
         let alive = json!({"host": host, "pid": me, "process_started": started});
         // (Same pid counts as gone: a presence is never our own incarnation's

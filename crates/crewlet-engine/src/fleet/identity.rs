@@ -44,7 +44,7 @@ impl NodeIdentity {
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
             .or_else(|| Some(node.id.trim().to_owned()).filter(|v| !v.is_empty()))
-            .unwrap_or_else(host_name);
+            .unwrap_or_else(|| host_name().unwrap_or_else(|| "node-0".into()));
         let mut roles: Vec<NodeRole> = match roles {
             Some(r) if !r.is_empty() => r.to_vec(),
             _ if !node.roles.is_empty() => node.roles.clone(),
@@ -112,13 +112,13 @@ pub fn parse_roles(text: &str) -> Result<Vec<NodeRole>, String> {
         .collect()
 }
 
-fn host_name() -> String {
+/// This machine's host name (the kernel's, else `$HOSTNAME`), if known.
+pub(crate) fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .ok()
         .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "node-0".into())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
 }
 
 #[cfg(test)]

@@ -184,33 +184,24 @@ impl LeaseStore for MemoryLeases {
         let mut rows = self.rows.lock();
         let mut won = Vec::new();
         for claim in claims {
-            let lease = match rows.get(&claim.resource) {
+            // Same tenure: its own live lease (kept epoch and start); else a
+            // new one, one past the last epoch the resource had.
+            let (epoch, acquired_at) = match rows.get(&claim.resource) {
                 Some(l) if l.expires_at > now && l.owner != owner => continue,
-                Some(l) => {
-                    let same_tenure = l.owner == owner && l.expires_at > now;
-                    Lease {
-                        resource: claim.resource.clone(),
-                        owner: owner.to_owned(),
-                        epoch: if same_tenure { l.epoch } else { l.epoch + 1 },
-                        expires_at: until(now, ttl),
-                        preferred: claim.preferred.clone(),
-                        meta: claim.meta.clone(),
-                        acquired_at: if same_tenure { l.acquired_at } else { now },
-                        renewed_at: now,
-                        live: true,
-                    }
-                }
-                None => Lease {
-                    resource: claim.resource.clone(),
-                    owner: owner.to_owned(),
-                    epoch: 1,
-                    expires_at: until(now, ttl),
-                    preferred: claim.preferred.clone(),
-                    meta: claim.meta.clone(),
-                    acquired_at: now,
-                    renewed_at: now,
-                    live: true,
-                },
+                Some(l) if l.expires_at > now => (l.epoch, l.acquired_at),
+                Some(l) => (l.epoch + 1, now),
+                None => (1, now),
+            };
+            let lease = Lease {
+                resource: claim.resource.clone(),
+                owner: owner.to_owned(),
+                epoch,
+                expires_at: until(now, ttl),
+                preferred: claim.preferred.clone(),
+                meta: claim.meta.clone(),
+                acquired_at,
+                renewed_at: now,
+                live: true,
             };
             rows.insert(claim.resource.clone(), lease.clone());
             won.push(lease);
