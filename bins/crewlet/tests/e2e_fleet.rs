@@ -191,6 +191,13 @@ fn posts(log: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
+/// Whether a request to the model carries a tool's result.
+fn asks_after_a_tool(body: &Value) -> bool {
+    body["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
+}
+
 /// Holds back the first answer after the tool (the node is killed while it
 /// waits); a resumed turn that asks again, on whichever node holds the seat
 /// by then, is answered at once by the happy turn's rules.
@@ -224,7 +231,8 @@ async fn a_node_killed_mid_turn_loses_nothing_and_repeats_no_effect() {
     fleet.settled(3).await;
     let task_id = post_task(&fleet.nodes[0].base(), "eng", "post the one comment").await;
 
-    // The comment is out and journaled; the turn waits for the model. The
+    // The comment is out and journaled, and the held question after it has
+    // reached the model (else the resumed turn would be the one held). The
     // victim is the node that journaled the comment, under its epoch.
     let journal = crewlet_store::PostgresEffectJournal::new(
         crewlet_store::Database::connect(&db.dsn)
@@ -235,8 +243,12 @@ async fn a_node_killed_mid_turn_loses_nothing_and_repeats_no_effect() {
     let (victim, epoch) = {
         let mut procs: Vec<&mut Proc> = fleet.nodes.iter_mut().map(|n| &mut n.proc).collect();
         wait_for("the comment to be posted and journaled", &mut procs, || {
-            let (journal, mcp_log, task_id) = (&journal, &mcp_log, &task_id);
+            let (journal, mcp_log, task_id, llm) = (&journal, &mcp_log, &task_id, &llm);
             async move {
+                let held = llm.requests().iter().any(|r| asks_after_a_tool(&r.body));
+                if !held {
+                    return None;
+                }
                 use crewlet_store::EffectJournal;
                 let keys = journal.keys_for_task(task_id).await.ok()?;
                 let entries = journal.load(keys.first()?).await.ok()?;
@@ -317,15 +329,12 @@ async fn a_node_killed_mid_turn_loses_nothing_and_repeats_no_effect() {
             .as_array()
             .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == tool))
     };
-    let after_tool = |b: &Value| {
-        b["messages"]
-            .as_array()
-            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
-    };
     let plans = requests.iter().filter(|b| offers(b, "submit_plan")).count();
     let first_calls = requests
         .iter()
-        .filter(|b| offers(b, "chat__post_message") && !offers(b, "submit_plan") && !after_tool(b))
+        .filter(|b| {
+            offers(b, "chat__post_message") && !offers(b, "submit_plan") && !asks_after_a_tool(b)
+        })
         .count();
     assert_eq!(plans, 1, "the plan was asked again after the resume");
     assert_eq!(first_calls, 1, "the call that posted was asked again");

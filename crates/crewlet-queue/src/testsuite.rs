@@ -624,6 +624,67 @@ pub async fn failed_message_is_redelivered_until_success(f: &dyn QueueFactory) {
     q.shutdown().await;
 }
 
+/// A retry is for the failing group alone: another group of the same topic
+/// and a stream see the message once, at its first attempt, while the
+/// failing group sees it again with the next attempt number.
+pub async fn a_retry_reaches_only_the_failing_group(f: &dyn QueueFactory) {
+    let q = f.node(fast_delivery()).await;
+    let topic = unique_topic("retry-one-group");
+    let tap = StreamTap::new(stream_ok(&*q, &topic).await);
+    let flaky = Recorder::new();
+    let f1 = flaky.clone();
+    let fails_once = handler_fn(move |d: Delivery| {
+        let f1 = f1.clone();
+        async move {
+            let attempt = d.attempt;
+            f1.record(d);
+            if attempt == 1 {
+                Err(HandlerError::new("once"))
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let steady = Recorder::new();
+    let _a = subscribe_ok(&*q, &topic, "flaky", fails_once).await;
+    let _b = subscribe_ok(&*q, &topic, "steady", steady.handler()).await;
+    // Streams may attach a little after they open (Pulsar finds topics by
+    // listing): publish markers until the stream has one.
+    let deadline = tokio::time::Instant::now() + f.patience();
+    while tap.seen().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream never attached"
+        );
+        publish_ok(&*q, &topic, &test_event("marker")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let e = test_event("fails once for one group");
+    publish_ok(&*q, &topic, &e).await;
+    let of_e = |ds: Vec<Delivery>| -> Vec<u32> {
+        ds.into_iter()
+            .filter(|d| d.event.id == e.id)
+            .map(|d| d.attempt)
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + f.patience();
+    while of_e(flaky.seen()).len() < 2 || of_e(steady.seen()).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no retry: flaky {:?}, steady {:?}",
+            of_e(flaky.seen()),
+            of_e(steady.seen())
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(f.grace()).await;
+    assert_eq!(of_e(flaky.seen()), [1, 2], "the failing group");
+    assert_eq!(of_e(steady.seen()), [1], "the other group");
+    let streamed = tap.seen().iter().filter(|(_, ev)| ev.id == e.id).count();
+    assert_eq!(streamed, 1, "the stream saw the event once");
+    q.shutdown().await;
+}
+
 /// Event topics may batch on the wire (Pulsar does): many concurrent
 /// publishes each return only once stored, every message reaches the group
 /// exactly once, and a message whose handler fails is retried on its own
@@ -1022,6 +1083,7 @@ pub async fn run_all(f: &dyn QueueFactory) {
     new_group_starts_at_earliest(f).await;
     batches_split_by_key_and_settle_per_part(f).await;
     failed_message_is_redelivered_until_success(f).await;
+    a_retry_reaches_only_the_failing_group(f).await;
     event_topics_deliver_each_message_once_and_retry_one(f).await;
     exhausted_message_is_dead_lettered_with_attempts_intact(f).await;
     streams_match_wildcards(f).await;
@@ -1046,6 +1108,7 @@ macro_rules! conformance_tests {
             new_group_starts_at_earliest,
             batches_split_by_key_and_settle_per_part,
             failed_message_is_redelivered_until_success,
+            a_retry_reaches_only_the_failing_group,
             event_topics_deliver_each_message_once_and_retry_one,
             exhausted_message_is_dead_lettered_with_attempts_intact,
             streams_match_wildcards,

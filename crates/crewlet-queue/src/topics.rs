@@ -65,12 +65,6 @@ pub fn dlq(topic: &str, group: &str) -> String {
     format!("dlq-{topic}-{group}")
 }
 
-/// Where a backend that republishes failed messages (Pulsar) parks them for
-/// their delayed redelivery to `group` only: `retry-{topic}-{group}`.
-pub fn retry(topic: &str, group: &str) -> String {
-    format!("retry-{topic}-{group}")
-}
-
 /// Characters Pulsar accepts in a topic's local name, and that we accept everywhere
 /// so that the memory broker refuses exactly what Pulsar refuses.
 fn is_name_char(c: char) -> bool {
@@ -170,7 +164,6 @@ mod tests {
             agent_control("eng_2").topic,
             events(&EventType::TaskStarted),
             dlq("crewlet.agent.eng.inbox", "agent-eng"),
-            retry("crewlet.agent.eng.inbox", "agent-eng"),
             NOTIFICATIONS_OUTBOUND.to_owned(),
         ] {
             assert!(validate_topic(&t).is_ok(), "{t}");

@@ -75,6 +75,36 @@ pub const PULSAR_JVM_OPTIONS: &[&str] = &[
     "-XX:MaxDirectMemorySize=512m",
     "-XX:+ExitOnOutOfMemoryError",
 ];
+/// Environment variable that raises the broker's heap cap (`4g`, `6144m`)
+/// for large benchmarks (`bench fleet` at 10,000 seats holds 20,000 topics).
+pub const PULSAR_HEAP_ENV: &str = "CREWLET_PULSAR_HEAP";
+
+/// [`PULSAR_JVM_OPTIONS`], with the heap cap from [`PULSAR_HEAP_ENV`] when
+/// it is set to a JVM size; an unreadable value is an error naming it.
+pub fn pulsar_jvm_options() -> anyhow::Result<Vec<String>> {
+    let heap = match std::env::var(PULSAR_HEAP_ENV) {
+        Ok(v) if !v.trim().is_empty() => Some(v.trim().to_owned()),
+        _ => None,
+    };
+    if let Some(h) = &heap {
+        let (digits, unit) = h.split_at(h.len() - 1);
+        let valid = !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit())
+            && matches!(unit, "m" | "M" | "g" | "G");
+        anyhow::ensure!(
+            valid,
+            "{PULSAR_HEAP_ENV}={h:?} is not a JVM heap size such as 4g or 6144m"
+        );
+    }
+    Ok(PULSAR_JVM_OPTIONS
+        .iter()
+        .map(|o| match (&heap, o.starts_with("-Xmx")) {
+            (Some(h), true) => format!("-Xmx{h}"),
+            _ => (*o).to_owned(),
+        })
+        .collect())
+}
+
 /// Main class of the standalone broker (also how we recognise its process).
 pub const PULSAR_MAIN_CLASS: &str = "org.apache.pulsar.PulsarStandaloneStarter";
 /// How long the broker may take to answer its admin API.

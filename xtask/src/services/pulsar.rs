@@ -14,9 +14,9 @@ use anyhow::{Context, Result, bail};
 
 use super::config::{
     HOST, Layout, PULSAR_ARTIFACT_ID, PULSAR_BOOT_TIMEOUT, PULSAR_BROKER_PORT, PULSAR_CLUSTER,
-    PULSAR_DEFAULT_NAMESPACE, PULSAR_GROUP_ID, PULSAR_HEALTH_TIMEOUT, PULSAR_JVM_OPTIONS,
-    PULSAR_MAIN_CLASS, PULSAR_NAMESPACE_TIMEOUT, PULSAR_STOP_TIMEOUT, PULSAR_VERSION,
-    PULSAR_WEB_PORT, pulsar_admin_addr, pulsar_admin_url, pulsar_url,
+    PULSAR_DEFAULT_NAMESPACE, PULSAR_GROUP_ID, PULSAR_HEALTH_TIMEOUT, PULSAR_MAIN_CLASS,
+    PULSAR_NAMESPACE_TIMEOUT, PULSAR_STOP_TIMEOUT, PULSAR_VERSION, PULSAR_WEB_PORT,
+    pulsar_admin_addr, pulsar_admin_url, pulsar_jvm_options, pulsar_url,
 };
 use super::process::{
     cmdline_contains, is_alive, log_tail, port_open, read_pidfile, remove_if_exists, signal,
@@ -553,7 +553,7 @@ fn spawn(layout: &Layout) -> Result<Child> {
     // pid we get is the JVM's.
     let mut java = Command::new("setsid");
     java.arg("java")
-        .args(PULSAR_JVM_OPTIONS)
+        .args(pulsar_jvm_options()?)
         .arg(format!("-Djava.io.tmpdir={}", jvm_tmp.display()))
         .arg(format!(
             "-Dlog4j.configurationFile={}",

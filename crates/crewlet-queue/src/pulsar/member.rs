@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use super::{
     ATTEMPT_PROPERTY, DLQ_ATTEMPTS_PROPERTY, DLQ_ERROR_PROPERTY, DLQ_GROUP_PROPERTY,
-    DLQ_TOPIC_PROPERTY, Inner, now_millis,
+    DLQ_TOPIC_PROPERTY, Inner, Lane, RETRY_GROUP_PROPERTY, now_millis,
 };
 use crate::batch::{partition, run_batch_handler};
 use crate::node::{Signal, Wake, run_handler, wait_while_paused};
@@ -23,11 +23,9 @@ use crate::{BatchOptions, DeadLetter, Delivery, EventHandler, QueueError};
 type Consumer = pulsar::Consumer<Vec<u8>, TokioExecutor>;
 type Incoming = Message<Vec<u8>>;
 
-/// The member's two consumers: the topic itself and its group's retry topic.
-pub(crate) struct Consumers {
-    main: Consumer,
-    retry: Consumer,
-}
+/// The member's consumer: its group's Shared subscription of the topic,
+/// which also carries the group's delayed redeliveries.
+pub(crate) type Consumers = Consumer;
 
 /// How long [`attach`] tries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +36,7 @@ pub(crate) enum Patience {
     UntilReady,
 }
 
-/// Attaches to `(topic, group)` and `(retry-{topic}-{group}, group)`.
+/// Attaches to `(topic, group)`.
 pub(crate) async fn attach(
     inner: &Inner,
     topic: &str,
@@ -51,14 +49,9 @@ pub(crate) async fn attach(
         group: group.to_owned(),
         source,
     };
-    let main = consumer(inner, topic, group, prefetch, patience)
+    consumer(inner, topic, group, prefetch, patience)
         .await
-        .map_err(failed)?;
-    let retry_topic = topics::retry(topic, group);
-    let retry = consumer(inner, &retry_topic, group, prefetch, patience)
-        .await
-        .map_err(failed)?;
-    Ok(Consumers { main, retry })
+        .map_err(failed)
 }
 
 async fn consumer(
@@ -85,10 +78,9 @@ pub(crate) struct Member {
     pub(crate) batch: Option<BatchOptions>,
 }
 
-/// A message of a batch: which consumer it came from, and its event.
+/// A message of a batch, and its event.
 struct Taken {
     msg: Incoming,
-    from_retry: bool,
     attempt: u32,
     dead_letter: Option<Arc<DeadLetter>>,
     event: Arc<Event>,
@@ -195,30 +187,34 @@ impl Member {
                     if r.is_err() { return End::Stop }
                     return End::Paused;
                 }
-                m = c.retry.next() => (m, true),
-                m = c.main.next() => (m, false),
+                m = c.next() => m,
             };
-            let (msg, from_retry) = match next {
-                (Some(Ok(msg)), from_retry) => (msg, from_retry),
-                (Some(Err(error)), _) => {
+            let msg = match next {
+                Some(Ok(msg)) => msg,
+                Some(Err(error)) => {
                     tracing::warn!(topic = %self.topic, group = %self.group, %error, "consumer error");
                     return End::Lost;
                 }
-                (None, _) => return End::Lost,
+                None => return End::Lost,
             };
+            if !self.is_mine(&msg) {
+                self.ack(c, &msg).await;
+                continue;
+            }
             if let Some(options) = self.batch.clone() {
-                if let Some(end) = self.drain_in_parts(&options, c, msg, from_retry).await {
+                if let Some(end) = self.drain_in_parts(&options, c, msg).await {
                     return end;
                 }
                 continue;
             }
-            let consumer = if from_retry {
-                &mut c.retry
-            } else {
-                &mut c.main
-            };
-            self.handle(consumer, msg).await;
+            self.handle(c, msg).await;
         }
+    }
+
+    /// Whether `msg` is for this group: any original, and the redelivery
+    /// copies addressed to it (another group's copies are passed over).
+    fn is_mine(&self, msg: &Incoming) -> bool {
+        retry_group(msg).is_none_or(|g| g == &*self.group)
     }
 
     /// A batch member's drain: the first message, what is already waiting
@@ -230,34 +226,25 @@ impl Member {
         options: &BatchOptions,
         c: &mut Consumers,
         first: Incoming,
-        first_from_retry: bool,
     ) -> Option<End> {
-        let mut raw = vec![(first, first_from_retry)];
+        let mut raw = vec![first];
         let mut lost = false;
         let deadline = tokio::time::Instant::now() + options.linger;
         while raw.len() < options.max_drain {
-            let next = {
-                let both = async {
-                    tokio::select! {
-                        biased;
-                        m = c.retry.next() => (m, true),
-                        m = c.main.next() => (m, false),
-                    }
-                };
-                if options.linger.is_zero() || tokio::time::Instant::now() >= deadline {
-                    both.now_or_never()
-                } else {
-                    tokio::time::timeout_at(deadline, both).await.ok()
-                }
+            let next = if options.linger.is_zero() || tokio::time::Instant::now() >= deadline {
+                c.next().now_or_never()
+            } else {
+                tokio::time::timeout_at(deadline, c.next()).await.ok()
             };
             match next {
-                Some((Some(Ok(msg)), from_retry)) => raw.push((msg, from_retry)),
-                Some((Some(Err(error)), _)) => {
+                Some(Some(Ok(msg))) if !self.is_mine(&msg) => self.ack(c, &msg).await,
+                Some(Some(Ok(msg))) => raw.push(msg),
+                Some(Some(Err(error))) => {
                     tracing::warn!(topic = %self.topic, group = %self.group, %error, "consumer error");
                     lost = true;
                     break;
                 }
-                Some((None, _)) => {
+                Some(None) => {
                     lost = true;
                     break;
                 }
@@ -265,25 +252,19 @@ impl Member {
             }
         }
         let mut taken = Vec::with_capacity(raw.len());
-        for (msg, from_retry) in raw {
+        for msg in raw {
             let (attempt, dead_letter) = delivery_props(&msg);
             match Event::from_json(&msg.payload.data) {
                 Ok(e) => taken.push(Taken {
                     msg,
-                    from_retry,
                     attempt,
                     dead_letter,
                     event: Arc::new(e),
                 }),
                 Err(error) => {
                     tracing::error!(topic = %self.topic, group = %self.group, %error, "undecodable message");
-                    let consumer = if from_retry {
-                        &mut c.retry
-                    } else {
-                        &mut c.main
-                    };
                     let error = format!("undecodable event: {error}");
-                    self.dead_letter(consumer, &msg, attempt, &error).await;
+                    self.dead_letter(c, &msg, attempt, &error).await;
                 }
             }
         }
@@ -303,15 +284,10 @@ impl Member {
                 .collect();
             let result = run_batch_handler(&*self.handler, deliveries).await;
             for t in &part {
-                let consumer = if t.from_retry {
-                    &mut c.retry
-                } else {
-                    &mut c.main
-                };
                 match &result {
-                    Ok(()) => self.ack(consumer, &t.msg).await,
+                    Ok(()) => self.ack(c, &t.msg).await,
                     Err(error) => {
-                        self.failed(consumer, &t.msg, &t.event, t.attempt, &error.to_string())
+                        self.failed(c, &t.msg, &t.event, t.attempt, &error.to_string())
                             .await;
                     }
                 }
@@ -371,8 +347,8 @@ impl Member {
         }
     }
 
-    /// Republishes to the group's retry topic with the next attempt number,
-    /// delivered after the delay; then acks the original.
+    /// Republishes to the topic, for this group only, with the next attempt
+    /// number, delivered after the delay; then acks the original.
     async fn retry_later(
         &self,
         consumer: &mut Consumer,
@@ -386,10 +362,11 @@ impl Member {
         let mut out = copy_of(msg);
         out.properties
             .insert(ATTEMPT_PROPERTY.to_owned(), (attempt + 1).to_string());
+        out.properties
+            .insert(RETRY_GROUP_PROPERTY.to_owned(), self.group.to_string());
         let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
         out.deliver_at_time = Some(now_millis().saturating_add(delay_ms));
-        let retry_topic = topics::retry(&self.topic, &self.group);
-        match self.inner.send(&retry_topic, out).await {
+        match self.inner.send_on(&self.topic, Lane::Unbatched, out).await {
             Ok(()) => self.ack(consumer, msg).await,
             Err(e) => {
                 tracing::error!(topic = %self.topic, group = %self.group, error = %e, "cannot schedule the redelivery; asking the broker to redeliver now");
@@ -411,6 +388,7 @@ impl Member {
         }
         let mut out = copy_of(msg);
         out.properties.remove(ATTEMPT_PROPERTY);
+        out.properties.remove(RETRY_GROUP_PROPERTY);
         out.properties
             .insert(DLQ_TOPIC_PROPERTY.to_owned(), self.topic.to_string());
         out.properties
@@ -452,6 +430,16 @@ fn delivery_props(msg: &Incoming) -> (u32, Option<Arc<DeadLetter>>) {
     (attempt, dead_letter_of(&props))
 }
 
+/// The group a redelivery copy is addressed to; `None` for an original.
+pub(crate) fn retry_group(msg: &Incoming) -> Option<&str> {
+    msg.payload
+        .metadata
+        .properties
+        .iter()
+        .find(|kv| kv.key == RETRY_GROUP_PROPERTY)
+        .map(|kv| kv.value.as_str())
+}
+
 /// The same payload and properties, to republish elsewhere.
 fn copy_of(msg: &Incoming) -> OutMessage {
     OutMessage {
@@ -489,7 +477,7 @@ fn dead_letter_of(props: &HashMap<&str, &str>) -> Option<Arc<DeadLetter>> {
     }))
 }
 
-/// Lets queued acks reach the broker, then closes both consumers. Messages
+/// Lets queued acks reach the broker, then closes the consumer. Messages
 /// drained here are not acked: the broker redelivers them once we close.
 async fn detach(c: Consumers, limit: Duration) {
     let _ = super::bounded(limit, drain_and_close(c)).await;
@@ -501,18 +489,10 @@ async fn drain_and_close(mut c: Consumers) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while tokio::time::Instant::now() < deadline {
         let quiet = Duration::from_millis(50);
-        let drained = tokio::time::timeout(quiet, async {
-            tokio::select! {
-                m = c.main.next() => m.is_some(),
-                m = c.retry.next() => m.is_some(),
-            }
-        })
-        .await;
-        match drained {
-            Ok(true) => {}
+        match tokio::time::timeout(quiet, c.next()).await {
+            Ok(Some(_)) => {}
             _ => break,
         }
     }
-    let _ = c.main.close().await;
-    let _ = c.retry.close().await;
+    let _ = c.close().await;
 }

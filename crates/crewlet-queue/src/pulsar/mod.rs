@@ -11,12 +11,15 @@
 //! - Consumers take `prefetch` (64) messages ahead. There is **no ack
 //!   timeout**: a message is redelivered only when its handler fails or its
 //!   consumer disconnects, so an LLM turn may take as long as it needs.
-//! - A failed message is republished to `retry-{topic}-{group}` with its
-//!   `crewlet-attempt` property incremented and a delivery time `delay` ahead,
-//!   then acknowledged; the group's members consume that retry topic too. The
-//!   attempt count lives in the message, so it survives reconnects. After the
-//!   cap the message goes to `dlq-{topic}-{group}`, kept by the durable group
-//!   [`DEAD_LETTER_GROUP`](crate::topics::DEAD_LETTER_GROUP).
+//! - A failed message is republished to its own topic, addressed to its
+//!   group alone (`crewlet-retry-group`), with its `crewlet-attempt` property
+//!   incremented and a delivery time `delay` ahead (sent unbatched: a batch
+//!   carries one delivery time), then acknowledged. Other groups and streams
+//!   pass over such a copy. The attempt count lives in the message, so it
+//!   survives reconnects, and a subscription costs one topic and one consumer
+//!   (no retry topic: a fleet of 10,000 seats is 20,000 topics, not 40,000).
+//!   After the cap the message goes to `dlq-{topic}-{group}`, kept by the
+//!   durable group [`DEAD_LETTER_GROUP`](crate::topics::DEAD_LETTER_GROUP).
 //! - A supervisor per member re-creates its consumers when the client gives
 //!   up on them (broker down longer than its own retries).
 //! - A broker that is not ready yet (starting, restarting, loading a topic)
@@ -58,6 +61,8 @@ use crate::{
 
 /// Message property holding the delivery attempt (absent = 1).
 pub const ATTEMPT_PROPERTY: &str = "crewlet-attempt";
+/// Message property of a redelivery copy: the only group it is for.
+pub const RETRY_GROUP_PROPERTY: &str = "crewlet-retry-group";
 /// Properties of a dead letter: where it failed and why.
 pub const DLQ_TOPIC_PROPERTY: &str = "crewlet-dlq-topic";
 pub const DLQ_GROUP_PROPERTY: &str = "crewlet-dlq-group";
@@ -69,6 +74,14 @@ pub const EVENT_TYPE_PROPERTY: &str = "crewlet-event-type";
 
 type Client = Pulsar<TokioExecutor>;
 type SharedProducer = Arc<AsyncMutex<Producer<TokioExecutor>>>;
+
+/// How a producer sends: as the topic's subject says, or never batched
+/// (redeliveries, whose delivery time a batch would lose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    Usual,
+    Unbatched,
+}
 
 /// A node connected to an Apache Pulsar cluster.
 #[derive(Clone)]
@@ -83,7 +96,7 @@ pub(crate) struct Inner {
     /// Per topic this node has made a producer for: the cached producer, or
     /// `None` after a failed send dropped it. Only the first producer of a
     /// topic (no entry yet) waits for a broker that is still starting.
-    producers: parking_lot::Mutex<HashMap<String, Option<SharedProducer>>>,
+    producers: parking_lot::Mutex<HashMap<(String, Lane), Option<SharedProducer>>>,
     dead_letter_keepers: AsyncMutex<HashSet<String>>,
     next_consumer: std::sync::atomic::AtomicU64,
 }
@@ -125,9 +138,9 @@ pub const BATCH_TIMEOUT: Duration = Duration::from_millis(1);
 pub const BATCH_MESSAGES: u32 = 1000;
 pub const BATCH_BYTES: usize = 128 * 1024;
 
-fn producer_options(full_topic: &str) -> ProducerOptions {
+fn producer_options(full_topic: &str, lane: Lane) -> ProducerOptions {
     let subject = full_topic.rsplit('/').next().unwrap_or(full_topic);
-    if BATCHED_PREFIXES.iter().any(|p| subject.starts_with(p)) {
+    if lane == Lane::Usual && BATCHED_PREFIXES.iter().any(|p| subject.starts_with(p)) {
         // Each message still gets its own receipt, only once the broker has
         // stored its batch: durability is unchanged, a publish waits at most
         // BATCH_TIMEOUT more.
@@ -165,18 +178,23 @@ pub(crate) fn now_millis() -> i64 {
 }
 
 impl Inner {
-    fn producer_for(&self, full_topic: &str) -> Option<SharedProducer> {
-        self.producers.lock().get(full_topic).cloned().flatten()
+    fn producer_for(&self, full_topic: &str, lane: Lane) -> Option<SharedProducer> {
+        let key = (full_topic.to_owned(), lane);
+        self.producers.lock().get(&key).cloned().flatten()
     }
 
-    async fn producer(&self, full_topic: &str) -> Result<SharedProducer, pulsar::Error> {
-        if let Some(p) = self.producer_for(full_topic) {
+    async fn producer(
+        &self,
+        full_topic: &str,
+        lane: Lane,
+    ) -> Result<SharedProducer, pulsar::Error> {
+        if let Some(p) = self.producer_for(full_topic, lane) {
             return Ok(p);
         }
-        let producer = self.new_producer(full_topic).await?;
+        let producer = self.new_producer(full_topic, lane).await?;
         let mut all = self.producers.lock();
         Ok(all
-            .entry(full_topic.to_owned())
+            .entry((full_topic.to_owned(), lane))
             .or_default()
             .get_or_insert_with(|| Arc::new(AsyncMutex::new(producer)))
             .clone())
@@ -185,8 +203,16 @@ impl Inner {
     /// The first producer this node makes for a topic waits for a broker
     /// that is not ready yet (within [`PulsarOptions::startup_retry`]); later
     /// ones, after a failed send, are left to the publish retry policy.
-    async fn first_producer(self: &Arc<Self>, full_topic: &str) -> Result<(), BoxError> {
-        if self.producers.lock().contains_key(full_topic) {
+    async fn first_producer(
+        self: &Arc<Self>,
+        full_topic: &str,
+        lane: Lane,
+    ) -> Result<(), BoxError> {
+        if self
+            .producers
+            .lock()
+            .contains_key(&(full_topic.to_owned(), lane))
+        {
             return Ok(());
         }
         let limit = self.options.operation_timeout;
@@ -194,7 +220,11 @@ impl Inner {
         retry::until_ready(self.options.startup_retry, &what, || {
             let (me, topic) = (self.clone(), full_topic.to_owned());
             let timed_out = || format!("timed out creating a producer for {full_topic}");
-            let made = retry::attempt(limit, timed_out, async move { me.producer(&topic).await });
+            let made = retry::attempt(
+                limit,
+                timed_out,
+                async move { me.producer(&topic, lane).await },
+            );
             async move { made.await.map(drop) }
         })
         .await
@@ -203,17 +233,22 @@ impl Inner {
     async fn new_producer(
         &self,
         full_topic: &str,
+        lane: Lane,
     ) -> Result<Producer<TokioExecutor>, pulsar::Error> {
         self.client
             .producer()
             .with_topic(full_topic)
-            .with_options(producer_options(full_topic))
+            .with_options(producer_options(full_topic, lane))
             .build()
             .await
     }
 
-    fn forget_producer(&self, full_topic: &str) {
-        if let Some(slot) = self.producers.lock().get_mut(full_topic) {
+    fn forget_producer(&self, full_topic: &str, lane: Lane) {
+        if let Some(slot) = self
+            .producers
+            .lock()
+            .get_mut(&(full_topic.to_owned(), lane))
+        {
             *slot = None;
         }
     }
@@ -221,9 +256,10 @@ impl Inner {
     async fn send_once(
         self: Arc<Self>,
         full_topic: String,
+        lane: Lane,
         message: OutMessage,
     ) -> Result<(), BoxError> {
-        let producer = self.producer(&full_topic).await?;
+        let producer = self.producer(&full_topic, lane).await?;
         let receipt = {
             let mut p = producer.lock().await;
             p.send_non_blocking(message).await?
@@ -238,8 +274,18 @@ impl Inner {
         subject: &str,
         message: OutMessage,
     ) -> Result<(), QueueError> {
+        self.send_on(subject, Lane::Usual, message).await
+    }
+
+    /// [`Inner::send`] on a chosen lane.
+    pub(crate) async fn send_on(
+        self: &Arc<Self>,
+        subject: &str,
+        lane: Lane,
+        message: OutMessage,
+    ) -> Result<(), QueueError> {
         let full = self.options.full_topic(subject);
-        if let Err(source) = self.first_producer(&full).await {
+        if let Err(source) = self.first_producer(&full, lane).await {
             return Err(QueueError::Publish {
                 topic: subject.to_owned(),
                 attempts: 1,
@@ -251,7 +297,7 @@ impl Inner {
         for attempt in 1..=attempts {
             let sent = bounded(
                 self.options.operation_timeout,
-                self.clone().send_once(full.clone(), message.clone()),
+                self.clone().send_once(full.clone(), lane, message.clone()),
             )
             .await;
             match sent {
@@ -266,7 +312,7 @@ impl Inner {
                 }
             }
             // A fresh producer next time, in case this one is wedged.
-            self.forget_producer(&full);
+            self.forget_producer(&full, lane);
             if let Some(wait) = self.options.publish_backoff.get(attempt as usize - 1) {
                 tracing::warn!(topic = subject, attempt, error = %last, "publish failed; retrying in {wait:?}");
                 tokio::time::sleep(*wait).await;

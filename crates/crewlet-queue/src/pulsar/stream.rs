@@ -181,6 +181,10 @@ impl Tap {
                 None => break,
             };
             let _ = consumer.ack(&msg).await;
+            if super::member::retry_group(&msg).is_some() {
+                // A group's redelivery copy: the stream saw the original.
+                continue;
+            }
             let event = match Event::from_json(&msg.payload.data) {
                 Ok(e) => Arc::new(e),
                 Err(error) => {
