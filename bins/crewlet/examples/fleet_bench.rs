@@ -191,6 +191,42 @@ async fn settled(bases: &[String], nodes: usize, seats: usize, timeout: Duration
     }
 }
 
+/// Waits until the fleet is [`settled`] and no node holds more than its
+/// share (`ceil(seats / nodes)`): a restarted node has its seats back.
+async fn balanced(
+    bases: &[String],
+    nodes: usize,
+    seats: usize,
+    timeout: Duration,
+) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    let share = seats.div_ceil(nodes.max(1));
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let fleet = settled(bases, nodes, seats, left).await?;
+        let most = fleet["nodes"]
+            .as_array()
+            .map(|n| {
+                n.iter()
+                    .filter(|n| n["live"] == true)
+                    .map(|n| n["seats"].as_array().map_or(0, Vec::len))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        if most <= share {
+            return Ok(fleet);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the fleet did not balance within {} s (a node holds {most} seats, share {share})",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn company(seats: usize, llm: &str) -> String {
     let mut y = format!(
         "name: Fleet Bench\nproviders:\n  llm:\n    fake: {{type: openai-compatible, model: fake-model, base_url: \"{llm}\", timeout_seconds: 60}}\nturn_engine:\n  max_concurrent_turns: 16\nroles:\n  - name: CEO\n    handle: ceo\nunits:\n"
@@ -446,8 +482,20 @@ async fn main() -> Result<()> {
 
     // 3. Failover.
     let mut failovers = Vec::new();
+    let mut rebalances = Vec::new();
     for round in 0..a.failovers {
-        let fleet = settled(&bases, a.nodes, a.seats, timeout).await?;
+        // Each kill finds the seats spread evenly (the node restarted in the
+        // previous round has its share back), so every run moves one share.
+        let back = Instant::now();
+        let fleet = balanced(&bases, a.nodes, a.seats, timeout).await?;
+        if round > 0 {
+            let took = back.elapsed();
+            println!(
+                "bench fleet: the restarted node had its share back in {:.2} s",
+                took.as_secs_f64()
+            );
+            rebalances.push(took);
+        }
         let victim = fleet["nodes"]
             .as_array()
             .and_then(|n| {
@@ -503,6 +551,7 @@ async fn main() -> Result<()> {
     );
 
     failovers.sort_unstable();
+    rebalances.sort_unstable();
     let mut table = String::from("\n| measure | figure |\n|---|---:|\n");
     let _ = writeln!(table, "| seats / nodes | {} / {} |", a.seats, a.nodes);
     let _ = writeln!(
@@ -521,12 +570,21 @@ async fn main() -> Result<()> {
     if !failovers.is_empty() {
         let _ = writeln!(
             table,
-            "| failover after SIGKILL (lease TTL {} s, heartbeat {} s), {} runs | p50 {:.2} s, p99 {:.2} s |",
+            "| failover after SIGKILL of a node holding its share (lease TTL {} s, heartbeat {} s), {} runs | p50 {:.2} s, p99 {:.2} s |",
             a.ttl,
             a.heartbeat,
             failovers.len(),
             percentile(&failovers, 50.0).as_secs_f64(),
             percentile(&failovers, 99.0).as_secs_f64()
+        );
+    }
+    if !rebalances.is_empty() {
+        let _ = writeln!(
+            table,
+            "| restarted node has its share back, {} runs | p50 {:.2} s, p99 {:.2} s |",
+            rebalances.len(),
+            percentile(&rebalances, 50.0).as_secs_f64(),
+            percentile(&rebalances, 99.0).as_secs_f64()
         );
     }
     let _ = writeln!(

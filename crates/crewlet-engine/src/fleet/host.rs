@@ -36,6 +36,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
 use super::identity::{NodeIdentity, host_name};
+use super::lapse;
 use super::placement::{self, NodeView, SeatLeaseView, SeatSpec};
 
 /// How many seats attach or detach at once.
@@ -327,8 +328,10 @@ impl SeatHost {
         .with_meta(meta)
     }
 
-    /// Renews presence and the held seats; detaches the seats lost.
-    async fn renew(&self) {
+    /// Renews presence and the held seats; the seats lost are detached off
+    /// this path (a renewal never waits on a detach, so it keeps its pace
+    /// however many seats a node loses at once).
+    async fn renew(self: &Arc<Self>) {
         let ttl = self.identity.lease_ttl;
         let owner = &self.identity.incarnation;
         if let Err(e) = self
@@ -339,13 +342,14 @@ impl SeatHost {
             warn!(error = %e, "cannot renew the node's presence; no new turns start until it is renewed");
             return;
         }
-        let resources: Vec<String> = self
+        let asked: BTreeMap<String, i64> = self
             .state
             .lock()
             .held
-            .keys()
-            .map(|h| seat_resource(h))
+            .iter()
+            .map(|(h, f)| (h.clone(), f.epoch))
             .collect();
+        let resources: Vec<String> = asked.keys().map(|h| seat_resource(h)).collect();
         let renewed = match self.leases.renew(&resources, owner, ttl).await {
             Ok(r) => r,
             Err(e) => {
@@ -359,29 +363,35 @@ impl SeatHost {
             .collect();
         let lost: Vec<String> = {
             let mut s = self.state.lock();
-            let lost: Vec<String> = s
-                .held
-                .keys()
-                .filter(|h| !kept.contains(*h))
-                .cloned()
-                .collect();
+            let lost = lapse::lost_seats(&asked, &kept, &s.held, &s.releasing);
             for h in &lost {
                 s.held.remove(h);
-                s.releasing.remove(h);
             }
             s.last_renew = Some(Instant::now());
             lost
         };
         self.renewals.send_modify(|n| *n += 1);
-        for h in lost {
-            warn!(agent = %h, node = %self.identity.id,
-                "seat lease lost (not renewed in time); the seat is detached here and runs where it is held now");
-            if let Some(t) = self.target() {
-                t.detach(&h, false).await;
-            }
-            self.announce(EventType::SeatReleased, &h, None, "lost")
-                .await;
+        if lost.is_empty() {
+            return;
         }
+        warn!(node = %self.identity.id, seats = lost.len(), first = %lost[0],
+            "seat leases lost (not renewed in time); those seats are detached here and run where they are held now");
+        let me = self.clone();
+        tokio::spawn(async move {
+            let target = me.target();
+            futures::stream::iter(lost)
+                .for_each_concurrent(CONCURRENCY, |h| {
+                    let (me, target) = (&me, target.clone());
+                    async move {
+                        debug!(agent = %h, "seat lease lost; detaching");
+                        if let Some(t) = target {
+                            t.detach(&h, false).await;
+                        }
+                        me.announce(EventType::SeatReleased, &h, None, "lost").await;
+                    }
+                })
+                .await;
+        });
     }
 
     /// Claims and gives back seats per the placement plan.

@@ -4,7 +4,7 @@
 //!   labels, lease timing).
 //! - [`placement`]: which seats a node claims or gives back (pure).
 //! - [`host`]: the [`SeatHost`], holding seats by lease and attaching them
-//!   to the running engine.
+//!   to the running engine; `lapse` says which seats a renewal lost.
 //! - [`duties`]: company-wide duties on one node at a time.
 //!
 //! One process is the degenerate case of the same code: with memory stores
@@ -14,6 +14,7 @@ pub mod admin;
 pub mod duties;
 pub mod host;
 pub mod identity;
+mod lapse;
 pub mod placement;
 pub(crate) mod work;
 
