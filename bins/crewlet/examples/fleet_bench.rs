@@ -227,6 +227,47 @@ async fn balanced(
     }
 }
 
+/// Deletes the bench's namespace. Its topics go first, a few at a time: a
+/// broker refuses to delete a namespace of 20,000 topics in one call (its
+/// internal admin queue holds 10,000).
+async fn drop_namespace(admin: &str, namespace: &str) {
+    let http = reqwest::Client::new();
+    let base = format!("{admin}/admin/v2/persistent/public/{namespace}");
+    let topics: Vec<String> = match http.get(&base).send().await {
+        Ok(r) => r.json().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let deletes = topics.iter().map(|t| {
+        let name = t.rsplit('/').next().unwrap_or(t).to_owned();
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            http.delete(format!("{base}/{name}?force=true"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }
+    });
+    let deleted: Vec<bool> = futures::StreamExt::collect(futures::StreamExt::buffer_unordered(
+        futures::stream::iter(deletes),
+        8,
+    ))
+    .await;
+    let gone = http
+        .delete(format!(
+            "{admin}/admin/v2/namespaces/public/{namespace}?force=true"
+        ))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success());
+    if !gone {
+        eprintln!(
+            "bench fleet: cannot delete the Pulsar namespace public/{namespace} ({} of {} topics deleted); delete it by hand",
+            deleted.iter().filter(|d| **d).count(),
+            topics.len()
+        );
+    }
+}
+
 fn company(seats: usize, llm: &str) -> String {
     let mut y = format!(
         "name: Fleet Bench\nproviders:\n  llm:\n    fake: {{type: openai-compatible, model: fake-model, base_url: \"{llm}\", timeout_seconds: 60}}\nturn_engine:\n  max_concurrent_turns: 16\nroles:\n  - name: CEO\n    handle: ceo\nunits:\n"
@@ -600,12 +641,7 @@ async fn main() -> Result<()> {
     );
     println!("{table}");
     drop(nodes);
-    let _ = reqwest::Client::new()
-        .delete(format!(
-            "{admin}/admin/v2/namespaces/public/{namespace}?force=true"
-        ))
-        .send()
-        .await;
+    drop_namespace(&admin, &namespace).await;
     let _ = std::fs::remove_dir_all(&dir);
     drop(db);
     Ok(())

@@ -455,7 +455,11 @@ impl SeatHost {
             self.state.lock().releasing.insert(h.clone());
             let me = self.clone();
             let task = tokio::spawn(async move { me.give_back(&h).await });
-            self.tasks.lock().push(task);
+            let mut tasks = self.tasks.lock();
+            // Finished give-backs leave the list (it would grow with every
+            // hand-back of a long-lived node).
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
         }
         if !plan.claim.is_empty() {
             self.claim(plan.claim).await;
