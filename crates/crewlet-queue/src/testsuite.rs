@@ -129,6 +129,24 @@ impl Recorder {
         })
     }
 
+    /// A handler that records, fails every attempt before `attempt`, then
+    /// acknowledges.
+    pub fn handler_failing_before(self: &Arc<Self>, attempt: u32) -> Arc<dyn EventHandler> {
+        let me = self.clone();
+        handler_fn(move |d| {
+            let me = me.clone();
+            async move {
+                let this = d.attempt;
+                me.record(d);
+                if this < attempt {
+                    Err(HandlerError::new("not yet"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+    }
+
     /// A handler that records and always fails.
     pub fn failing_handler(self: &Arc<Self>) -> Arc<dyn EventHandler> {
         let me = self.clone();
@@ -597,20 +615,7 @@ pub async fn failed_message_is_redelivered_until_success(f: &dyn QueueFactory) {
     let q = f.node(fast_delivery()).await;
     let topic = unique_topic("retry");
     let rec = Recorder::new();
-    let r = rec.clone();
-    let handler = handler_fn(move |d: Delivery| {
-        let r = r.clone();
-        async move {
-            let attempt = d.attempt;
-            r.record(d);
-            if attempt < 3 {
-                Err(HandlerError::new("not yet"))
-            } else {
-                Ok(())
-            }
-        }
-    });
-    let _sub = subscribe_ok(&*q, &topic, "g", handler).await;
+    let _sub = subscribe_ok(&*q, &topic, "g", rec.handler_failing_before(3)).await;
     let e = test_event("flaky");
     publish_ok(&*q, &topic, &e).await;
     rec.wait_for(3, f.patience(), "redelivery").await;
@@ -632,21 +637,8 @@ pub async fn a_retry_reaches_only_the_failing_group(f: &dyn QueueFactory) {
     let topic = unique_topic("retry-one-group");
     let tap = StreamTap::new(stream_ok(&*q, &topic).await);
     let flaky = Recorder::new();
-    let f1 = flaky.clone();
-    let fails_once = handler_fn(move |d: Delivery| {
-        let f1 = f1.clone();
-        async move {
-            let attempt = d.attempt;
-            f1.record(d);
-            if attempt == 1 {
-                Err(HandlerError::new("once"))
-            } else {
-                Ok(())
-            }
-        }
-    });
     let steady = Recorder::new();
-    let _a = subscribe_ok(&*q, &topic, "flaky", fails_once).await;
+    let _a = subscribe_ok(&*q, &topic, "flaky", flaky.handler_failing_before(2)).await;
     let _b = subscribe_ok(&*q, &topic, "steady", steady.handler()).await;
     // Streams may attach a little after they open (Pulsar finds topics by
     // listing): publish markers until the stream has one.
