@@ -20,12 +20,10 @@ use crate::node::{Signal, Wake, run_handler, wait_while_paused};
 use crate::topics;
 use crate::{BatchOptions, DeadLetter, Delivery, EventHandler, QueueError};
 
-type Consumer = pulsar::Consumer<Vec<u8>, TokioExecutor>;
+/// A member's consumer: its group's Shared subscription of the topic, which
+/// also carries the group's delayed redeliveries.
+pub(crate) type Consumer = pulsar::Consumer<Vec<u8>, TokioExecutor>;
 type Incoming = Message<Vec<u8>>;
-
-/// The member's consumer: its group's Shared subscription of the topic,
-/// which also carries the group's delayed redeliveries.
-pub(crate) type Consumers = Consumer;
 
 /// How long [`attach`] tries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +41,7 @@ pub(crate) async fn attach(
     group: &str,
     prefetch: usize,
     patience: Patience,
-) -> Result<Consumers, QueueError> {
+) -> Result<Consumer, QueueError> {
     let failed = |source| QueueError::Subscribe {
         topic: topic.to_owned(),
         group: group.to_owned(),
@@ -98,7 +96,7 @@ enum End {
 
 impl Member {
     /// Consumes until stopped; re-creates the consumers after pauses and losses.
-    pub(crate) async fn run(mut self, mut consumers: Option<Consumers>) {
+    pub(crate) async fn run(mut self, mut consumers: Option<Consumer>) {
         let mut backoff = Duration::from_millis(100);
         loop {
             let mut c = match consumers.take() {
@@ -174,7 +172,7 @@ impl Member {
         }
     }
 
-    async fn consume(&mut self, c: &mut Consumers) -> End {
+    async fn consume(&mut self, c: &mut Consumer) -> End {
         loop {
             if let Some(end) = self.should_stop() {
                 return end;
@@ -224,7 +222,7 @@ impl Member {
     async fn drain_in_parts(
         &self,
         options: &BatchOptions,
-        c: &mut Consumers,
+        c: &mut Consumer,
         first: Incoming,
     ) -> Option<End> {
         let mut raw = vec![first];
@@ -479,11 +477,11 @@ fn dead_letter_of(props: &HashMap<&str, &str>) -> Option<Arc<DeadLetter>> {
 
 /// Lets queued acks reach the broker, then closes the consumer. Messages
 /// drained here are not acked: the broker redelivers them once we close.
-async fn detach(c: Consumers, limit: Duration) {
+async fn detach(c: Consumer, limit: Duration) {
     let _ = super::bounded(limit, drain_and_close(c)).await;
 }
 
-async fn drain_and_close(mut c: Consumers) {
+async fn drain_and_close(mut c: Consumer) {
     // The client's consumer engine may be blocked handing us a prefetched
     // message, with our last ack queued behind it: read until it is quiet.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
