@@ -466,7 +466,12 @@ test('token totals shown equal the /tokens/breakdown answer', async () => {
   const { page, context, problems } = await open(null);
   for (const days of [7, 30, 1]) {
     const [res] = await Promise.all([
-      page.waitForResponse((r) => r.url().includes('/tokens/breakdown'), { timeout: T }),
+      // This window's answer only: the previous window's reload may still
+      // be answering (its body is gone once the page moves on).
+      page.waitForResponse(
+        (r) => r.url().includes('/tokens/breakdown') && new URL(r.url()).searchParams.get('since_days') === String(days),
+        { timeout: T },
+      ),
       page.goto(`${base}/dashboard#/tokens?days=${days}`),
     ]);
     const b = await res.json();
