@@ -73,6 +73,8 @@ benches! {
     LiveEdit => live_edit,
     /// Fleet: 10,000 seats over 3 `crewlet run` nodes on Pulsar + PostgreSQL: boot to every seat placed and attached, RSS per node, turns/s on the fleet against one node, failover after SIGKILL (p50/p99); and the effect journal's cost per tool call.
     Fleet => fleet,
+    /// Code sandbox (local: bubblewrap + cgroups): start to first command p50/p99, 20 concurrent boxes on this machine (wall, failures, memory).
+    Sandbox => sandbox,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

@@ -1,7 +1,8 @@
 //! `cargo xtask services up|down|status|restart-pulsar`: the real PostgreSQL
 //! and Pulsar that tests and manual runs use, on 127.0.0.1 only, the
 //! local embedding model's files (`model`: fetched, nothing runs) and the
-//! dashboard's browser tooling (`browser`: Chromium and npm packages).
+//! dashboard's browser tooling (`browser`: Chromium and npm packages) and
+//! the code sandbox's host tools (`sandbox`: bubblewrap).
 //! Paths, ports and versions: [`config`].
 
 pub mod browser;
@@ -10,6 +11,7 @@ pub mod model;
 pub mod postgres;
 pub mod process;
 pub mod pulsar;
+pub mod sandbox;
 
 use std::time::Instant;
 
@@ -48,6 +50,9 @@ pub enum Service {
     /// Chromium and the `tests/browser` packages for the dashboard's
     /// browser checks (nothing to start).
     Browser,
+    /// bubblewrap, git and python3 for the local code sandbox (nothing to
+    /// start).
+    Sandbox,
 }
 
 impl Service {
@@ -80,6 +85,7 @@ pub fn run(action: Action) -> Result<()> {
             pulsar::status(&layout);
             model::status(&layout);
             browser::status();
+            sandbox::status();
             Ok(())
         }
         Action::RestartPulsar => {
@@ -110,6 +116,9 @@ fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
     }
     if Service::Browser.selected(only) {
         browser::up()?;
+    }
+    if Service::Sandbox.selected(only) {
+        sandbox::up()?;
     }
     println!("services: up in {:.2} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -156,14 +156,28 @@ impl BoxCgroup {
         write(&self.dir("freezer").join("freezer.state"), state)
     }
 
-    /// How many times the kernel's OOM killer has killed in this box.
+    /// How many times the kernel's OOM killer has killed in this box and its
+    /// commands' cgroups (the kill is counted where the limit was hit, and
+    /// under cgroup v1 that may be either).
     pub(crate) fn oom_kills(&self) -> u64 {
-        let text = std::fs::read_to_string(self.dir("memory").join("memory.oom_control"))
-            .unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
+        fn walk(dir: &Path) -> u64 {
+            let own = std::fs::read_to_string(dir.join("memory.oom_control"))
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("oom_kill "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            let children = std::fs::read_dir(dir)
+                .map(|es| {
+                    es.flatten()
+                        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                        .map(|e| walk(&e.path()))
+                        .sum()
+                })
+                .unwrap_or(0);
+            own + children
+        }
+        walk(&self.dir("memory"))
     }
 
     /// Removes one command's cgroup (it must be empty).

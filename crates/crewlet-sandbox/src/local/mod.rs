@@ -215,6 +215,11 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid[uuid.len() - 16..])
 }
 
+/// The exit code a detached run's wrapper wrote, once it has.
+fn exit_code(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 fn read_capped(path: &Path) -> String {
     std::fs::read(path).map(|b| capped(&b)).unwrap_or_default()
 }
@@ -307,12 +312,13 @@ impl Sandbox for LocalSandbox {
                 (None, Vec::new(), Vec::new(), true)
             }
         };
+        let mut oom_killed = false;
         if let Some(cg) = &meta.cgroup {
             // What the command left behind (daemons, a fork bomb) goes with it.
             cg.kill(Some(&child_name)).await;
+            oom_killed = cg.oom_kills() > oom_before;
             cg.remove_child(&child_name);
         }
-        let oom_killed = meta.cgroup.as_ref().map(BoxCgroup::oom_kills).unwrap_or(0) > oom_before;
         let exit_code = status.and_then(|s| s.code());
         Ok(ExecOutput {
             exit_code,
@@ -364,10 +370,8 @@ impl Sandbox for LocalSandbox {
             });
         };
         let exit = dir.home().join(".crewlet/runs").join(&run.0).join("exit");
-        if let Ok(text) = std::fs::read_to_string(&exit) {
-            if let Ok(code) = text.trim().parse::<i32>() {
-                return Ok(RunState::Exited { code });
-            }
+        if let Some(code) = exit_code(&exit) {
+            return Ok(RunState::Exited { code });
         }
         let box_meta = dir.load_meta()?;
         let in_cgroup = box_meta
@@ -378,10 +382,8 @@ impl Sandbox for LocalSandbox {
             return Ok(RunState::Running);
         }
         // The exit code may have landed between the two reads.
-        if let Ok(code) = std::fs::read_to_string(&exit).map(|t| t.trim().parse::<i32>()) {
-            if let Ok(code) = code {
-                return Ok(RunState::Exited { code });
-            }
+        if let Some(code) = exit_code(&exit) {
+            return Ok(RunState::Exited { code });
         }
         Ok(RunState::Lost)
     }
@@ -483,10 +485,10 @@ impl Sandbox for LocalSandbox {
         let entries = std::fs::read_dir(&self.opts.state_dir)
             .map_err(|e| SandboxError::io(&self.opts.state_dir, e))?;
         for e in entries.flatten() {
-            if let Some(name) = e.file_name().to_str() {
-                if BoxDir::new(&self.opts.state_dir, name).exists() {
-                    out.push(BoxId(name.to_owned()));
-                }
+            if let Some(name) = e.file_name().to_str()
+                && BoxDir::new(&self.opts.state_dir, name).exists()
+            {
+                out.push(BoxId(name.to_owned()));
             }
         }
         out.sort();
