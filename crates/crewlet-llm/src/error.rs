@@ -90,6 +90,13 @@ pub enum LlmError {
     NoProviders,
     #[error("provider `{provider}`: scripted model has no answer left")]
     ScriptExhausted { provider: String },
+    /// A `cli-agent` (subscription CLI) call failed; the source says how.
+    #[error("provider `{provider}`: {source}")]
+    CliAgent {
+        provider: String,
+        #[source]
+        source: crate::cli_agent::CliAgentError,
+    },
 }
 
 impl LlmError {
@@ -100,6 +107,7 @@ impl LlmError {
             LlmError::Timeout { .. } | LlmError::Network { .. } => ErrorClass::Timeout,
             LlmError::CredentialsExhausted { .. } => ErrorClass::RateLimit,
             LlmError::CircuitOpen { .. } => ErrorClass::CircuitOpen,
+            LlmError::CliAgent { source, .. } => source.class(),
             LlmError::Decode { .. }
             | LlmError::Config { .. }
             | LlmError::UnknownProvider { .. }

@@ -8,7 +8,8 @@
 //! the guard every engine call goes through ([`GuardedProvider`]: provider
 //! quotas shared through `crewlet_core::quota::ProviderQuotas`, rate-limit
 //! waits, a circuit breaker, a retry budget per turn), and the
-//! [`Embedder`] trait.
+//! [`Embedder`] trait, and the subscription backend that drives a coding
+//! CLI as a model ([`cli_agent`]).
 //!
 //! Does not own: what a turn does with a completion (budgets, tools, events:
 //! `crewlet-turn`), nor parsing the company YAML (`crewlet-config`). A chain
@@ -17,6 +18,7 @@
 
 mod anthropic;
 mod breaker;
+pub mod cli_agent;
 mod config;
 mod embed;
 mod error;
@@ -32,6 +34,7 @@ mod types;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicProvider};
 pub use breaker::BreakerSettings;
+pub use cli_agent::{CliAgentError, CliAgentProvider, CliAgentSettings, with_seat};
 pub use config::{DEFAULT_ANTHROPIC_MAX_TOKENS, DEFAULT_TIMEOUT, ProviderConfig, ProviderKind};
 pub use embed::{
     DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, Embedder, MemoryEmbedder, OpenAiEmbedder,

@@ -5,6 +5,9 @@
 //! a service may skip on a laptop without it, but under `CI=true` a missing
 //! service is a failure.
 //!
+//! [`fake_cli_agent`] finds the `crewlet-fake-cli-agent` binary, a fake
+//! `claude -p --output-format json` for the cli-agent provider's tests.
+//!
 //! [`fake_llm`] (feature `fake-llm`) is a scripted OpenAI/Anthropic-compatible
 //! HTTP server on 127.0.0.1 that records every request.
 //!
@@ -34,6 +37,7 @@
 //! users, groups, projects, members, personal access tokens and hooks,
 //! with a request log, and note-hook deliveries to the registered hooks.
 
+pub mod fake_cli_agent;
 #[cfg(feature = "fake-llm")]
 pub mod fake_llm;
 pub mod services;
