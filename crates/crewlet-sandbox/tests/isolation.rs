@@ -205,7 +205,9 @@ async fn a_fork_bomb_is_contained_and_stopped() {
         ..BoxSpec::default()
     };
     let id = sb.create(&spec).await.expect("create");
-    let bomb = Exec::shell("b(){ b | b & }; b; sleep 30").timeout(Duration::from_secs(3));
+    // `exec`: the last command needs no fork, so the bomb always outlasts
+    // its timeout however early the pid limit bites.
+    let bomb = Exec::shell("b(){ b | b & }; b; exec sleep 30").timeout(Duration::from_secs(3));
     let sb2 = sb.clone();
     let id2 = id.clone();
     let running = tokio::spawn(async move { sb2.exec(&id2, &bomb).await });

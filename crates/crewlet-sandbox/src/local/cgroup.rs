@@ -143,17 +143,30 @@ impl BoxCgroup {
             }
             // A frozen process dies only once thawed.
             if child.is_none() {
-                let _ = self.freeze(false);
+                let _ = write(&self.dir("freezer").join("freezer.state"), "THAWED");
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         tracing::warn!("sandbox cgroup still has processes after 200 kill rounds");
     }
 
-    /// Freezes (pauses) or thaws the whole box.
-    pub(crate) fn freeze(&self, frozen: bool) -> Result<()> {
+    /// Freezes (pauses) or thaws the whole box, and waits (boundedly) until
+    /// the kernel reports it done: freezing is asynchronous in cgroup v1
+    /// (`FREEZING` until every task has stopped).
+    pub(crate) async fn freeze(&self, frozen: bool) -> Result<()> {
         let state = if frozen { "FROZEN" } else { "THAWED" };
-        write(&self.dir("freezer").join("freezer.state"), state)
+        let file = self.dir("freezer").join("freezer.state");
+        for _ in 0..500 {
+            write(&file, state)?;
+            let now = std::fs::read_to_string(&file).map_err(|e| SandboxError::io(&file, e))?;
+            if now.trim() == state {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Err(SandboxError::Api(format!(
+            "the box did not become {state} within 5 s"
+        )))
     }
 
     /// How many times the kernel's OOM killer has killed in this box and its

@@ -432,7 +432,7 @@ impl Sandbox for LocalSandbox {
     async fn pause(&self, id: &BoxId) -> Result<()> {
         let meta = self.dir(id)?.load_meta()?;
         match &meta.cgroup {
-            Some(cg) => cg.freeze(true),
+            Some(cg) => cg.freeze(true).await,
             None => Err(SandboxError::Unavailable(
                 "pausing a local box needs the freezer cgroup".into(),
             )),
@@ -442,7 +442,7 @@ impl Sandbox for LocalSandbox {
     async fn resume(&self, id: &BoxId) -> Result<()> {
         let meta = self.dir(id)?.load_meta()?;
         match &meta.cgroup {
-            Some(cg) => cg.freeze(false),
+            Some(cg) => cg.freeze(false).await,
             None => Err(SandboxError::Unavailable(
                 "resuming a local box needs the freezer cgroup".into(),
             )),
