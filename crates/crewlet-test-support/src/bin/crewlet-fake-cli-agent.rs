@@ -13,10 +13,12 @@
 //! - `FAKE_CLI_ANSWER`: the answer of `answer` mode;
 //! - `FAKE_CLI_USAGE`: `IN,OUT,CACHE_READ` tokens to report (default
 //!   `42,7,5`); `none` reports no usage;
-//! - `FAKE_CLI_INFLIGHT_DIR`, `FAKE_CLI_HOLD`, `FAKE_CLI_TOTAL`: concurrency
-//!   probe. Each run leaves a `run-PID` marker while alive and waits until
-//!   `HOLD` markers exist at once (or `TOTAL` runs have started), recording
-//!   the most markers it saw in `max-PID`.
+//! - `FAKE_CLI_INFLIGHT_DIR`, `FAKE_CLI_HOLD`, `FAKE_CLI_TOTAL`,
+//!   `FAKE_CLI_LINGER_MS`: concurrency probe. Each run leaves a `run-PID`
+//!   marker while alive and stays until `HOLD` markers exist at once, or
+//!   `TOTAL` runs have started, or `LINGER_MS` (default 1000) have passed,
+//!   recording the most markers it saw in `max-PID`. The linger only widens
+//!   the window in which runs overlap; nothing is timed.
 //!
 //! Without `$CLAUDE_CONFIG_DIR/.credentials.json` (else
 //! `$HOME/.claude/.credentials.json`) or `CLAUDE_CODE_OAUTH_TOKEN` it says
@@ -108,6 +110,12 @@ fn hold(dir: &Path) {
     let total: usize = var("FAKE_CLI_TOTAL")
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
+    let linger = Duration::from_millis(
+        var("FAKE_CLI_LINGER_MS")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000),
+    );
+    let started = std::time::Instant::now();
     let count = |prefix: &str| {
         std::fs::read_dir(dir)
             .map(|entries| {
@@ -122,7 +130,7 @@ fn hold(dir: &Path) {
     loop {
         let alive = count("run-");
         max = max.max(alive);
-        if alive >= want || count("started-") >= total {
+        if alive >= want || count("started-") >= total || started.elapsed() >= linger {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
