@@ -48,6 +48,8 @@
 //!     progress is reported).
 //!   - `calls.rs`: which tools a round offers, checking and running one
 //!     round's tool calls (`tool` spans, panics caught, results cleaned).
+//! - `subagent/`: `spawn_subagent` and `spawn_subagent_batch` (child tool
+//!   loops under the Execute phase; see [`subagent`]).
 //! - `decisions.rs` (`submit_plan` / `submit_review`), `prompts.rs`,
 //!   `budget.rs`, `usage.rs`, `tool.rs`, `registry.rs`, `sanitize.rs`,
 //!   `seat.rs`, `events.rs` (sinks), `recall.rs` (the [`Recall`] interface
@@ -66,6 +68,7 @@ mod registry;
 pub mod sanitize;
 mod seat;
 pub mod skills;
+pub mod subagent;
 mod tool;
 mod tool_loop;
 mod usage;
@@ -87,6 +90,10 @@ pub use recall::{MemorySection, NoRecall, Recall, RecallRequest};
 pub use registry::{ToolRegistry, Visibility};
 pub use seat::{Colleague, CompanyProfile, SeatProfile, Trigger};
 pub use skills::{CatalogueEntry, SkillTrigger, ToolSkill, ToolSkills};
+pub use subagent::{
+    SPAWN_SUBAGENT, SPAWN_SUBAGENT_BATCH, SUBAGENT_DENYLIST, SpawnSubagent, SpawnSubagentBatch,
+    SubagentSettings,
+};
 pub use tool::{
     Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput, slim_tool_spec, tool_spec,
 };

@@ -74,6 +74,9 @@ pub struct SeatProfile {
     /// above it that have one).
     pub unit_budgets: Vec<UnitCap>,
     pub llm: RoleLlm,
+    /// The sub-agents' model chain (`llm_subagent`); empty: the role's
+    /// `llm`, else the company default.
+    pub subagent_llm: Vec<String>,
 }
 
 impl SeatProfile {
@@ -94,6 +97,7 @@ impl SeatProfile {
             token_budget: 0,
             unit_budgets: Vec::new(),
             llm: RoleLlm::default(),
+            subagent_llm: Vec::new(),
         }
     }
 }

@@ -21,6 +21,7 @@ mod outcome;
 mod phases;
 mod report;
 mod sequence;
+mod subagents;
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -92,6 +93,7 @@ pub struct TurnEngine {
     recall: Arc<dyn Recall>,
     skills: Arc<ToolSkills>,
     settings: TurnSettings,
+    subagents: crate::SubagentSettings,
 }
 
 impl std::fmt::Debug for TurnEngine {
@@ -122,7 +124,14 @@ impl TurnEngine {
             recall: Arc::new(NoRecall),
             skills: Arc::new(ToolSkills::new()),
             settings: TurnSettings::default(),
+            subagents: crate::SubagentSettings::default(),
         }
+    }
+
+    /// The limits of the sub-agents Execute may start.
+    pub fn with_subagents(mut self, subagents: crate::SubagentSettings) -> Self {
+        self.subagents = subagents;
+        self
     }
 
     /// Where turns find the seat's memory (none by default).

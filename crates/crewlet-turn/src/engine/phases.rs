@@ -281,7 +281,14 @@ impl TurnEngine {
             system: prompts::system_prompt(&self.company, t.seat, t.trigger, &work.brief()),
             messages: vec![Message::user(prompts::kickoff(pc.phase))],
         };
-        work.run(self, attempt, stats).await
+        if W::PHASE != Phase::Execute {
+            return work.run(self, attempt, stats).await;
+        }
+        // Execute may start sub-agents: the spawn tools reach the turn here.
+        let host = self.subagent_host(pc);
+        let result = crate::subagent::with_host(host.clone(), work.run(self, attempt, stats)).await;
+        Self::fold_subagents(pc, &host);
+        result
     }
 
     /// Runs a decision loop (Plan, Review), then up to `rescue_rounds` rounds
