@@ -65,6 +65,9 @@ pub use repos::ledger::{
     UnitCap, UsageRow, agent_scope, new_period, unit_scope,
 };
 pub use repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
+pub use repos::sandbox_runs::{
+    MemorySandboxRuns, SandboxRun, SandboxRunPatch, SandboxRunStatus, SandboxRuns,
+};
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,
 };

@@ -15,6 +15,7 @@ use crate::repos::fleet::leases::{LeaseStore, MemoryLeases, PostgresLeases};
 use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
 use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
 use crate::repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
+use crate::repos::sandbox_runs::{MemorySandboxRuns, SandboxRuns};
 use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, ScheduledRuns};
 use crate::repos::secrets::{MemorySecretValues, PostgresSecretValues, SecretValues};
 use crate::repos::webhooks::{
@@ -46,6 +47,8 @@ pub struct Stores {
     pub completions: Arc<dyn CompletionLedger>,
     /// The effect journal of running turns (fenced by `leases`).
     pub journal: Arc<dyn EffectJournal>,
+    /// Coding-agent runs started with `run_sandbox`.
+    pub sandbox_runs: Arc<dyn SandboxRuns>,
 }
 
 impl Stores {
@@ -65,6 +68,7 @@ impl Stores {
             journal: Arc::new(MemoryEffectJournal::new(leases.clone())),
             leases,
             completions: Arc::new(MemoryCompletionLedger::new()),
+            sandbox_runs: Arc::new(MemorySandboxRuns::new()),
         }
     }
 
@@ -96,6 +100,8 @@ impl Stores {
             leases: Arc::new(PostgresLeases::new(db.clone())),
             completions: Arc::new(PostgresCompletionLedger::new(db.clone())),
             journal: Arc::new(PostgresEffectJournal::new(db.clone())),
+            // Until the `sandbox_runs` table lands (migration 0016).
+            sandbox_runs: Arc::new(MemorySandboxRuns::new()),
             database: Some(db),
         }
     }

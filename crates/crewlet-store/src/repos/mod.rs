@@ -7,6 +7,7 @@ pub mod fleet;
 pub mod follows;
 pub mod ledger;
 pub mod quotas;
+pub mod sandbox_runs;
 pub mod schedules;
 pub mod secrets;
 pub mod webhooks;
