@@ -66,7 +66,8 @@ pub use repos::ledger::{
 };
 pub use repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
 pub use repos::sandbox_runs::{
-    MemorySandboxRuns, SandboxRun, SandboxRunPatch, SandboxRunStatus, SandboxRuns,
+    MemorySandboxRuns, PostgresSandboxRuns, SandboxRun, SandboxRunPatch, SandboxRunStatus,
+    SandboxRuns,
 };
 pub use repos::schedules::{
     MemoryScheduledRuns, PostgresScheduledRuns, ScheduledFire, ScheduledRuns,

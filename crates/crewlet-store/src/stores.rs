@@ -15,7 +15,7 @@ use crate::repos::fleet::leases::{LeaseStore, MemoryLeases, PostgresLeases};
 use crate::repos::follows::{MemoryThreadFollows, PostgresThreadFollows, ThreadFollows};
 use crate::repos::ledger::{MemoryTokenLedger, PostgresTokenLedger, TokenLedger};
 use crate::repos::quotas::{MemoryProviderQuotas, PostgresProviderQuotas};
-use crate::repos::sandbox_runs::{MemorySandboxRuns, SandboxRuns};
+use crate::repos::sandbox_runs::{MemorySandboxRuns, PostgresSandboxRuns, SandboxRuns};
 use crate::repos::schedules::{MemoryScheduledRuns, PostgresScheduledRuns, ScheduledRuns};
 use crate::repos::secrets::{MemorySecretValues, PostgresSecretValues, SecretValues};
 use crate::repos::webhooks::{
@@ -100,8 +100,7 @@ impl Stores {
             leases: Arc::new(PostgresLeases::new(db.clone())),
             completions: Arc::new(PostgresCompletionLedger::new(db.clone())),
             journal: Arc::new(PostgresEffectJournal::new(db.clone())),
-            // Until the `sandbox_runs` table lands (migration 0016).
-            sandbox_runs: Arc::new(MemorySandboxRuns::new()),
+            sandbox_runs: Arc::new(PostgresSandboxRuns::new(db.clone())),
             database: Some(db),
         }
     }

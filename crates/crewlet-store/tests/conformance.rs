@@ -89,6 +89,15 @@ mod memory {
             Some((Arc::new(MemoryEventStore::new()) as Arc<dyn EventStore>, ()))
         });
     }
+    mod sandbox_runs {
+        use super::*;
+        crewlet_store::sandbox_runs_conformance!(|| async {
+            Some((
+                Arc::new(MemorySandboxRuns::new()) as Arc<dyn SandboxRuns>,
+                (),
+            ))
+        });
+    }
 }
 
 mod postgres {
@@ -179,6 +188,16 @@ mod postgres {
             let (guard, db) = common::migrated().await?;
             Some((
                 Arc::new(PostgresEventStore::new(db)) as Arc<dyn EventStore>,
+                guard,
+            ))
+        });
+    }
+    mod sandbox_runs {
+        use super::*;
+        crewlet_store::sandbox_runs_conformance!(|| async {
+            let (guard, db) = common::migrated().await?;
+            Some((
+                Arc::new(PostgresSandboxRuns::new(db)) as Arc<dyn SandboxRuns>,
                 guard,
             ))
         });

@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod ledger;
 pub mod ops;
 pub mod quotas;
+pub mod sandbox_runs;
 pub mod secrets;
 
 use std::fmt::Display;
@@ -216,6 +217,27 @@ macro_rules! fleet_conformance {
                 the_journal_keeps_entries_in_step_order_once,
                 a_stale_holder_cannot_write_the_journal,
                 a_dead_incarnations_leases_are_taken_over_with_new_epochs,
+            ]
+        );
+    };
+}
+
+/// Every [`crate::SandboxRuns`] case, as tests.
+#[macro_export]
+macro_rules! sandbox_runs_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make,
+            sandbox_runs,
+            [
+                insert_is_idempotent_per_call,
+                by_call_finds_the_run_of_a_call,
+                transition_is_compare_and_set,
+                concurrent_claims_let_exactly_one_win,
+                a_patch_sets_only_what_it_says,
+                with_status_filters_by_status_and_seat_oldest_first,
+                awaiting_answer_matches_seat_conversation_and_status,
+                prune_removes_only_closed_old_runs,
             ]
         );
     };

@@ -9,6 +9,7 @@
 //! engines that see the same run finish, one claims it.
 
 mod memory;
+mod postgres;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -19,6 +20,7 @@ use uuid::Uuid;
 use crate::error::StoreError;
 
 pub use self::memory::MemorySandboxRuns;
+pub use self::postgres::PostgresSandboxRuns;
 
 /// Where a run stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
