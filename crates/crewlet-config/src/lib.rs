@@ -52,7 +52,7 @@ pub use company::{
     UnitIntegrations, WikiSeat,
 };
 pub use company::{
-    DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_PROVIDER, LOCAL_EMBEDDING_DIMENSIONS, later,
+    DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_PROVIDER, LOCAL_EMBEDDING_DIMENSIONS, cli_agent, later,
 };
 pub use docs::{configuration_markdown, tier_markdown};
 pub use env::EnvOverrides;

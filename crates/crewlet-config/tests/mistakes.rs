@@ -1144,18 +1144,69 @@ roles:
                 "provider `g`: `cli` is only for `type: cli-agent`",
             ),
         ],
+        &[(
+            4,
+            "providers.llm.a.type",
+            "provider `a` is openai-compatible without `base_url`: it talks to api.openai.com",
+        )],
+    );
+}
+
+#[test]
+fn cli_agent_blocks_are_checked() {
+    let text = "\
+name: X
+providers:
+  llm:
+    a: {type: cli-agent, cli: {agent: claude-code, state_dir: /s}}
+    b: {type: cli-agent, cli: {agent: codex, state_dir: /s, timeout_seconds: 0}}
+    c: {type: cli-agent, cli: {agent: custom}}
+    d: {type: cli-agent, cli: {agent: claude-code, state_dir: /s, auth: {credential_bundle: x}}}
+roles:
+  - name: A
+";
+    let not_started = |line, name: &str| {
+        (
+            line,
+            format!("providers.llm.{name}.type"),
+            format!("provider `{name}`: `crewlet run` does not start cli-agent providers yet"),
+        )
+    };
+    let warnings = [
+        not_started(4, "a"),
+        not_started(5, "b"),
+        not_started(6, "c"),
+        not_started(7, "d"),
+        (
+            7,
+            "providers.llm.d.cli.auth.credential_bundle".into(),
+            "credential bundles are not built".into(),
+        ),
+    ];
+    let warnings: Vec<(u32, &str, &str)> = warnings
+        .iter()
+        .map(|(l, p, m)| (*l, p.as_str(), m.as_str()))
+        .collect();
+    assert_report(
+        text,
         &[
             (
-                4,
-                "providers.llm.a.type",
-                "provider `a` is openai-compatible without `base_url`: it talks to api.openai.com",
+                5,
+                "providers.llm.b.cli.state_dir",
+                "provider `b` (codex) shares cli.state_dir with `a` (claude-code)",
             ),
             (
-                10,
-                "providers.llm.g.cli",
-                "has no effect yet: subscription (cli-agent) backends are not built yet",
+                5,
+                "providers.llm.b.cli.timeout_seconds",
+                "provider `b`: `cli.timeout_seconds` must be above 0",
+            ),
+            (
+                6,
+                "providers.llm.c.cli.overrides",
+                "`agent: custom` ships no profile",
             ),
         ],
+        &warnings,
     );
 }
 

@@ -1,8 +1,8 @@
 //! Settings of capabilities the original engine has and Crewlet does not
-//! have yet: the code sandbox, fleet placement, the knowledge system and
-//! subscription (CLI) model backends. They are accepted and type-checked so
-//! the original's companies load unchanged; `crewlet validate` and the
-//! engine's start log name each one that is set and say it has no effect.
+//! have yet: the code sandbox, fleet placement and the knowledge system.
+//! They are accepted and type-checked so the original's companies load
+//! unchanged; `crewlet validate` and the engine's start log name each one
+//! that is set and say it has no effect.
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -213,82 +213,6 @@ pub struct Knowledge {
     /// Plane projects the knowledge search may read; empty: every project the account can read.
     #[serde(default)]
     pub plane_projects: Vec<String>,
-}
-
-/// A model backend driven through a coding CLI on a subscription.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CliAgent {
-    /// Which coding CLI to drive.
-    #[serde(default)]
-    pub agent: CliAgentKind,
-    /// Directory for the CLI's own state; empty: a default per provider.
-    #[serde(default)]
-    pub state_dir: String,
-    /// Time allowed for one CLI call, in seconds.
-    #[serde(default = "default_cli_timeout")]
-    pub timeout_seconds: f64,
-    /// CLI processes running at once.
-    #[serde(default = "default_cli_concurrency")]
-    pub max_concurrent: u32,
-    /// Environment for the CLI process.
-    #[serde(default)]
-    pub env: IndexMap<String, String>,
-    /// How the CLI authenticates.
-    #[serde(default)]
-    pub auth: CliAgentAuth,
-    /// CLI-specific settings passed through as they are.
-    #[serde(default)]
-    pub overrides: serde_json::Map<String, serde_json::Value>,
-}
-
-fn default_cli_timeout() -> f64 {
-    300.0
-}
-
-fn default_cli_concurrency() -> u32 {
-    4
-}
-
-/// The coding CLIs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum CliAgentKind {
-    #[default]
-    ClaudeCode,
-    Codex,
-    GeminiCli,
-    QwenCode,
-    Opencode,
-    CursorAgent,
-    Copilot,
-    Grok,
-    Custom,
-}
-
-/// How a coding CLI authenticates.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CliAgentAuth {
-    /// `subscription` (the CLI's login), `api-key` or `inherit-env`.
-    #[serde(default)]
-    pub mode: CliAuthMode,
-    /// Token for `api-key` mode.
-    #[serde(default)]
-    pub token: String,
-    /// Path of a saved login for `subscription` mode.
-    #[serde(default)]
-    pub credential_bundle: String,
-}
-
-/// CLI authentication modes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum CliAuthMode {
-    #[default]
-    Subscription,
-    ApiKey,
-    InheritEnv,
 }
 
 /// How long a model key rests after it is refused.

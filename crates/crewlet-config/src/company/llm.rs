@@ -50,10 +50,9 @@ pub struct LlmProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "reasoning settings are not sent yet"))]
     pub reasoning_budget_tokens: Option<u32>,
-    /// The coding CLI a `cli-agent` provider drives.
+    /// The coding CLI a `cli-agent` provider drives (required for that type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "subscription (cli-agent) backends are not built yet"))]
-    pub cli: Option<super::later::CliAgent>,
+    pub cli: Option<super::cli_agent::CliAgent>,
     /// Sampling temperature; the provider's default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 2.0))]
@@ -131,9 +130,8 @@ pub enum LlmKind {
     Anthropic,
     /// Any server with an OpenAI-compatible chat completions API at `base_url`.
     OpenaiCompatible,
-    /// A coding CLI on a subscription (see `cli`). Accepted for the
-    /// original's companies; not built yet: a seat whose chain reaches only
-    /// such providers fails its turns with `llm_unavailable`.
+    /// A coding CLI on a subscription (see `cli` and docs/cli-agent.md),
+    /// run once per call with no API key.
     CliAgent,
 }
 

@@ -1,6 +1,7 @@
 //! Tier B: the company YAML (founder-owned, imported as a versioned revision).
 
 mod budget;
+pub mod cli_agent;
 mod integrations;
 pub mod later;
 mod learning;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::cli_agent::{CliAgent, CliAgentKind};
 use super::llm::LOCAL_EMBEDDING_DIMENSIONS;
 use super::schedule::{check_cron, check_timezone};
 use super::{
@@ -237,10 +238,15 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
                 at.key("type"),
                 format!("provider `{name}` is a cli-agent and needs a `cli` block naming the CLI, e.g. `cli: {{agent: claude-code}}`"),
             )),
-            (LlmKind::CliAgent, Some(_)) => out.push(Finding::warning(
-                at.key("type"),
-                format!("provider `{name}`: cli-agent providers are not built yet; seats that reach only such providers cannot run turns"),
-            )),
+            (LlmKind::CliAgent, Some(cli)) => {
+                cli_agent(name, cli, &at, out);
+                // Until crewlet-engine builds the provider (crewlet-llm's
+                // `CliAgentProvider`), only `crewlet llm` runs it.
+                out.push(Finding::warning(
+                    at.key("type"),
+                    format!("provider `{name}`: `crewlet run` does not start cli-agent providers yet (`crewlet llm doctor` runs it); seats that reach only such providers cannot run turns"),
+                ));
+            }
             (_, Some(_)) => out.push(Finding::new(
                 at.key("cli"),
                 format!("provider `{name}`: `cli` is only for `type: cli-agent`"),
@@ -267,6 +273,7 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
             }
         }
     }
+    shared_cli_state(company, &llm_at, out);
     if let Some(e) = &company.providers.embeddings {
         let at = YamlPath::root().key("providers").key("embeddings");
         if e.kind == EmbeddingsKind::OpenaiCompatible && e.base_url.is_none() {
@@ -278,6 +285,51 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
         check_url(e.base_url.as_deref(), &at.key("base_url"), out);
         if e.kind == EmbeddingsKind::Local {
             local_embeddings(e, &at, out);
+        }
+    }
+}
+
+/// A `cli` block the provider could not run.
+fn cli_agent(name: &str, cli: &CliAgent, at: &YamlPath, out: &mut Vec<Finding>) {
+    let at = at.key("cli");
+    if !(cli.timeout_seconds.is_finite() && cli.timeout_seconds > 0.0) {
+        out.push(Finding::new(
+            at.key("timeout_seconds"),
+            format!("provider `{name}`: `cli.timeout_seconds` must be above 0"),
+        ));
+    }
+    if cli.agent == CliAgentKind::Custom && !cli.overrides.contains_key("binary") {
+        out.push(Finding::new(
+            at.key("overrides"),
+            format!("provider `{name}`: `agent: custom` ships no profile; set `cli.overrides.binary` (and `complete_args`)"),
+        ));
+    }
+}
+
+/// Entries sharing a `cli.state_dir` share one login and one set of seat
+/// homes, so they must drive the same CLI: two CLIs disagree about which
+/// files are the login and which are conversation memory.
+fn shared_cli_state(company: &Company, llm_at: &YamlPath, out: &mut Vec<Finding>) {
+    let mut first: Vec<(&str, &str, CliAgentKind)> = Vec::new();
+    for (name, p) in &company.providers.llm {
+        let Some(cli) = p.cli.as_ref().filter(|_| p.kind == LlmKind::CliAgent) else {
+            continue;
+        };
+        let dir = cli.state_dir.trim();
+        if dir.is_empty() {
+            continue;
+        }
+        match first.iter().find(|(d, _, _)| *d == dir) {
+            Some((_, other, agent)) if *agent != cli.agent => out.push(Finding::new(
+                llm_at.key(name).key("cli").key("state_dir"),
+                format!(
+                    "provider `{name}` ({}) shares cli.state_dir with `{other}` ({}): entries sharing a state_dir must drive the same CLI",
+                    cli.agent.as_str(),
+                    agent.as_str()
+                ),
+            )),
+            Some(_) => {}
+            None => first.push((dir, name.as_str(), cli.agent)),
         }
     }
 }
