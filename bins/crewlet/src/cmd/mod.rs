@@ -5,6 +5,7 @@ mod budgets;
 mod config;
 mod confluence;
 mod gitlab;
+mod llm;
 mod mattermost;
 mod migrate;
 mod node;
@@ -62,6 +63,9 @@ pub enum Command {
     /// Re-run a recorded turn from its journal, step by step, with no model
     /// call and no tool run (`--from-step N --model NAME`: the rest live).
     Replay(replay::Args),
+    /// Subscription (cli-agent) model providers: `list`, `login NAME`
+    /// (`--from-host`, `--capture-token`), `doctor`, `status`, `logout NAME`.
+    Llm(llm::Args),
     /// Mattermost bots: `provision` the seats' bots and tokens, `doctor`
     /// checks an install.
     Mattermost(mattermost::Args),
@@ -92,6 +96,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Task(args) => task::run(args),
         Command::Node(args) => node::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Llm(args) => llm::run(args),
         Command::Mattermost(args) => mattermost::run(args),
         Command::Slack(args) => slack::run(args),
         Command::Confluence(args) => confluence::run(args),

@@ -171,7 +171,10 @@ impl CliAgentProvider {
         }
         if smoke {
             let result = self.smoke().await;
-            if let Err(why) = &result {
+            // without a login the failure is already said above
+            if let Err(why) = &result
+                && report.login.logged_in()
+            {
                 report.problems.push(format!("round trip failed: {why}"));
             }
             report.smoke = Some(result);

@@ -141,6 +141,18 @@ impl CliAgentProvider {
         Ok(removed)
     }
 
+    /// What the CLI's own status command says (`None`: it has none), run
+    /// in a scratch seat like a completion.
+    pub async fn cli_status(&self) -> Result<Option<String>, CliAgentError> {
+        if self.profile().status_args.is_empty() {
+            return Ok(None);
+        }
+        let args = self.profile().status_args.clone();
+        let done = self.run_plain(super::DOCTOR_SEAT, &args, None).await?;
+        let text = format!("{}\n{}", done.stdout.trim(), done.stderr.trim());
+        Ok(Some(text.trim().to_owned()))
+    }
+
     /// The environment and directory the login helpers run in: `HOME` is
     /// `credentials/`, so what the CLI writes there is the shared login.
     fn login_env(&self) -> Result<(PathBuf, Vec<(String, String)>), CliAgentError> {

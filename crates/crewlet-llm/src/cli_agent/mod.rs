@@ -35,5 +35,7 @@ pub use profile::{
 pub use prompt::render_prompt;
 pub use provider::{CliAgentProvider, find_executable};
 pub use scope::{ENGINE_SEAT, current_seat, sanitize as sanitize_seat, with_seat};
-pub use settings::{AuthMode, CliAgentSettings, STATE_DIR_ENV, default_state_dir};
+pub use settings::{
+    AuthMode, CONFIG_DEFAULT_MODEL, CliAgentSettings, STATE_DIR_ENV, default_state_dir,
+};
 pub use workspace::{BASE_ENV, SeatLease, Workspace};

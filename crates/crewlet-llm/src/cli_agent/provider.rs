@@ -33,6 +33,8 @@ pub struct CliAgentProvider {
     slots: Arc<Semaphore>,
     rate_limit: Vec<Regex>,
     auth_error: Vec<Regex>,
+    /// The model as reported: the configured one, else the CLI's name.
+    model_label: String,
 }
 
 impl std::fmt::Debug for CliAgentProvider {
@@ -58,7 +60,13 @@ impl CliAgentProvider {
         let mut extra_env = settings.auth_env.clone();
         extra_env.extend(settings.env.clone());
         let workspace = Workspace::new(profile.clone(), settings.state_dir.clone(), extra_env);
+        let model_label = if settings.model.is_empty() {
+            profile.name.clone()
+        } else {
+            settings.model.clone()
+        };
         Ok(Self {
+            model_label,
             slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
             rate_limit: compile(&profile.rate_limit_patterns),
             auth_error: compile(&profile.auth_error_patterns),
@@ -267,7 +275,7 @@ impl CliAgentProvider {
             content,
             tool_calls,
             usage,
-            model: self.settings.model.clone(),
+            model: self.model_label.clone(),
             provider: self.settings.provider.clone(),
         })
     }
@@ -280,7 +288,7 @@ impl LlmProvider for CliAgentProvider {
     }
 
     fn model(&self) -> &str {
-        &self.settings.model
+        &self.model_label
     }
 
     /// One CLI run. `temperature` and `max_tokens` are not sent: the CLIs

@@ -12,6 +12,10 @@ use serde_json::Value;
 use super::profile::CliProfile;
 use super::{CliAgentError, builtin_profile};
 
+/// The company file's default `model`. It is an OpenAI model no CLI takes,
+/// so on a cli-agent entry it means "the CLI's own default" (no `--model`).
+pub const CONFIG_DEFAULT_MODEL: &str = "gpt-4o";
+
 /// Names the root of every provider's state, instead of `~/.crewlet/llm-cli`.
 pub const STATE_DIR_ENV: &str = "CREWLET_LLM_CLI_HOME";
 
@@ -138,9 +142,14 @@ impl CliAgentSettings {
         } else {
             expand_home(block.state_dir.trim(), env)
         };
+        let model = model.trim();
         let mut settings = Self {
             provider: provider.to_owned(),
-            model: model.to_owned(),
+            model: if model == CONFIG_DEFAULT_MODEL {
+                String::new()
+            } else {
+                model.to_owned()
+            },
             profile,
             state_dir,
             timeout: Duration::from_secs_f64(block.timeout_seconds.min(86_400.0)),
@@ -274,6 +283,10 @@ mod tests {
             &env,
         )?;
         assert!(s.auth_env.is_empty(), "{s:?}");
+        assert_eq!(s.model, "sonnet");
+        let unset =
+            CliAgentSettings::from_cli_block("sub", "gpt-4o", &serde_json::json!({}), &[], &env)?;
+        assert_eq!(unset.model, "", "the config default means the CLI's own");
         assert_eq!(s.state_dir, PathBuf::from("/h/.crewlet/llm-cli/sub"));
         assert_eq!(s.max_concurrent, 4);
         Ok(())

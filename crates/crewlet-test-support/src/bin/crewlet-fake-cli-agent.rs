@@ -11,6 +11,8 @@
 //!   `limit` (a usage-limit notice on a clean exit), `crash` (exit 3),
 //!   `empty` (prints nothing);
 //! - `FAKE_CLI_ANSWER`: the answer of `answer` mode;
+//! - `FAKE_CLI_FORBID`: comma-separated variable names; if any is in its
+//!   environment it fails (exit 5) naming it, whatever the mode;
 //! - `FAKE_CLI_USAGE`: `IN,OUT,CACHE_READ` tokens to report (default
 //!   `42,7,5`); `none` reports no usage;
 //! - `FAKE_CLI_INFLIGHT_DIR`, `FAKE_CLI_HOLD`, `FAKE_CLI_TOTAL`,
@@ -169,6 +171,20 @@ fn main() -> ExitCode {
             };
         }
         _ => {}
+    }
+    let leaked: Vec<String> = var("FAKE_CLI_FORBID")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && std::env::var_os(n).is_some())
+        .map(str::to_owned)
+        .collect();
+    if !leaked.is_empty() {
+        eprintln!(
+            "fake cli: leaked into my environment: {}",
+            leaked.join(", ")
+        );
+        return ExitCode::from(5);
     }
     let mode = var("FAKE_CLI_MODE").unwrap_or_else(|| "answer".into());
     if mode == "sleep" {
