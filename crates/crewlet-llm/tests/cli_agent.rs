@@ -396,3 +396,22 @@ async fn two_seats_get_different_homes() -> Result<(), LlmError> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_login_refreshed_during_a_call_is_written_back_and_a_logout_stays() -> Result<(), LlmError>
+{
+    let state = State::new(true);
+    let shared = state.path().join("credentials/.claude/.credentials.json");
+    let p = provider(&state, json!({"FAKE_CLI_REFRESH": "{\"fake\":2}"}));
+    with_seat("alice", p.complete(&ask("hi"))).await?;
+    assert_eq!(
+        std::fs::read_to_string(&shared).ok().as_deref(),
+        Some("{\"fake\":2}")
+    );
+    // logged out meanwhile: the seat's old copy is not seeded back, nor adopted
+    std::fs::remove_file(&shared).unwrap_or_else(|e| panic!("{e}"));
+    let (_, err) = cli_error(with_seat("alice", p.complete(&ask("hi"))).await);
+    assert!(matches!(err, CliAgentError::LoggedOut { .. }), "{err}");
+    assert!(!shared.exists());
+    Ok(())
+}

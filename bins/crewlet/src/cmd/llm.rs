@@ -332,5 +332,5 @@ fn build(name: &str, entry: &LlmProvider) -> Result<CliAgentProvider> {
     let settings =
         CliAgentSettings::from_cli_block(name, &entry.model, &block, &keys, &process_env)
             .with_context(|| format!("provider `{name}`"))?;
-    Ok(CliAgentProvider::new(settings).with_context(|| format!("provider `{name}`"))?)
+    CliAgentProvider::new(settings).with_context(|| format!("provider `{name}`"))
 }

@@ -11,6 +11,8 @@
 //!   `limit` (a usage-limit notice on a clean exit), `crash` (exit 3),
 //!   `empty` (prints nothing);
 //! - `FAKE_CLI_ANSWER`: the answer of `answer` mode;
+//! - `FAKE_CLI_REFRESH`: rewrites its credentials file with this content,
+//!   as a CLI does when it refreshes an OAuth token mid-run;
 //! - `FAKE_CLI_FORBID`: comma-separated variable names; if any is in its
 //!   environment it fails (exit 5) naming it, whatever the mode;
 //! - `FAKE_CLI_USAGE`: `IN,OUT,CACHE_READ` tokens to report (default
@@ -196,6 +198,9 @@ fn main() -> ExitCode {
     if !logged_in() {
         println!("{}", result_doc("Not logged in · Please run /login", true));
         return ExitCode::from(1);
+    }
+    if let Some(content) = var("FAKE_CLI_REFRESH") {
+        let _ = std::fs::write(config_dir().join(".credentials.json"), content);
     }
     let transcript = config_dir()
         .join("projects")
