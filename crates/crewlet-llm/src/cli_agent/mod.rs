@@ -10,6 +10,10 @@
 //! tools are refused. Every CLI-specific fact is data ([`CliProfile`]), so
 //! a vendor changing a flag is a `cli.overrides` edit.
 
+use std::sync::Arc;
+
+use crate::{LlmError, LlmProvider};
+
 mod builtin;
 mod doctor;
 mod error;
@@ -39,3 +43,49 @@ pub use settings::{
     AuthMode, CONFIG_DEFAULT_MODEL, CliAgentSettings, STATE_DIR_ENV, default_state_dir,
 };
 pub use workspace::{BASE_ENV, SeatLease, Workspace};
+
+/// The provider of `providers.llm.<name>` of `type: cli-agent`, from its
+/// `cli` block as JSON with `${VAR}`s expanded (what an engine's provider
+/// builder calls). `api_keys` are the entry's expanded keys, `env` looks up
+/// the engine's variables (the token fallback, `inherit-env`).
+pub fn build(
+    name: &str,
+    model: &str,
+    cli: &serde_json::Value,
+    api_keys: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn LlmProvider>, LlmError> {
+    let provider = CliAgentSettings::from_cli_block(name, model, cli, api_keys, env)
+        .and_then(CliAgentProvider::new)
+        .map_err(|source| LlmError::CliAgent {
+            provider: name.to_owned(),
+            source,
+        })?;
+    Ok(Arc::new(provider))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_block_is_an_error_naming_the_entry() {
+        let env = |_: &str| Some("/home/x".to_owned());
+        let bad = serde_json::json!({"agent": "claude-code", "overrides": {"binnary": "x"}});
+        match build("sub", "sonnet", &bad, &[], &env) {
+            Err(e @ LlmError::CliAgent { .. }) => {
+                assert!(
+                    e.to_string().starts_with("provider `sub`: cli.overrides"),
+                    "{e}"
+                );
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("a typo in overrides was accepted"),
+        }
+        let ok = build("sub", "sonnet", &serde_json::json!({}), &[], &env);
+        assert_eq!(
+            ok.map(|p| p.model().to_owned()).ok().as_deref(),
+            Some("sonnet")
+        );
+    }
+}
