@@ -222,6 +222,24 @@ async fn other_failures_are_typed() {
     assert!(matches!(err, CliAgentError::UsageLimit { .. }), "{err}");
     assert_eq!(class, ErrorClass::RateLimit);
 
+    // the same words inside the reply format are the model's answer
+    let about_limits = provider(
+        &state,
+        json!({"FAKE_CLI_ANSWER": "```json\n{\"message\": \"Added a rate limit of 429 after 10 requests.\", \"tool_calls\": []}\n```"}),
+    );
+    let c = about_limits
+        .complete(&CompletionRequest {
+            tools: vec![ToolSpec {
+                name: "t".into(),
+                description: String::new(),
+                parameters: json!({"type": "object"}),
+            }],
+            ..ask("hi")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("an answer about rate limits was refused: {e}"));
+    assert_eq!(c.content, "Added a rate limit of 429 after 10 requests.");
+
     let crash = provider(&state, json!({"FAKE_CLI_MODE": "crash"}));
     let (_, err) = cli_error(crash.complete(&ask("hi")).await);
     assert!(matches!(err, CliAgentError::Failed { .. }), "{err}");

@@ -251,10 +251,11 @@ impl CliAgentProvider {
             parse_envelope(&decoded.text)
         };
         // A spent window is reported as prose on a clean exit. Only a short
-        // reply with no tool call counts: an answer that merely discusses
-        // rate limits is longer, and a model that followed the reply format
-        // was plainly not refused.
-        if tool_calls.is_empty()
+        // reply outside the reply format counts: an answer that merely
+        // discusses rate limits is longer, and a model that wrote the
+        // envelope was plainly not refused.
+        let enveloped = !tool_calls.is_empty() || content.trim() != decoded.text.trim();
+        if !enveloped
             && decoded.text.trim().chars().count() <= LIMIT_NOTICE_MAX_CHARS
             && Self::matches(&self.rate_limit, &decoded.text)
         {
