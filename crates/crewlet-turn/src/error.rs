@@ -29,4 +29,8 @@ pub enum TurnError {
     JournalEnded { step: i32 },
     #[error("tool `{tool}` panicked: {message}")]
     ToolPanicked { tool: String, message: String },
+    /// A tool suspended the turn: its work goes on outside it, and the turn
+    /// runs again from its journal when that work is done.
+    #[error("the turn waits for `{tool}`, which goes on outside it")]
+    Suspended { tool: String },
 }

@@ -80,13 +80,19 @@ pub struct ToolOutput {
     pub content: String,
     /// Ends the tool loop after this round (e.g. a "hand off" tool).
     pub terminate: bool,
+    /// The call's work goes on outside the turn (a coding agent in a
+    /// sandbox): the turn stops here without an answer to this call, and is
+    /// run again from its journal once the work is done, when the tool is
+    /// called again with the same call id and answers for real. Only
+    /// idempotent tools may suspend; see [`current_call_id`].
+    pub suspend: bool,
 }
 
 impl ToolOutput {
     pub fn text(content: impl Into<String>) -> Self {
         Self {
             content: content.into(),
-            terminate: false,
+            ..Self::default()
         }
     }
 
@@ -94,8 +100,35 @@ impl ToolOutput {
         Self {
             content: content.into(),
             terminate: true,
+            ..Self::default()
         }
     }
+
+    /// Suspends the turn (see [`ToolOutput::suspend`]); `content` says why,
+    /// for the logs.
+    pub fn suspending(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            suspend: true,
+            ..Self::default()
+        }
+    }
+}
+
+tokio::task_local! {
+    static CALL_ID: String;
+}
+
+/// The id of the tool call being run (the model's call id, the same when a
+/// resumed turn reads the call back from its journal), for a tool that keys
+/// its own records by call. `None` outside a tool loop's call.
+pub fn current_call_id() -> Option<String> {
+    CALL_ID.try_with(Clone::clone).ok()
+}
+
+/// Runs `f` with [`current_call_id`] answering `call_id`.
+pub async fn with_call_id<F: std::future::Future>(call_id: String, f: F) -> F::Output {
+    CALL_ID.scope(call_id, f).await
 }
 
 /// A failed call; the message is shown to the model, which may retry.

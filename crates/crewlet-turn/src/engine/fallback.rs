@@ -150,6 +150,10 @@ impl TurnEngine {
                 reason: FailureReason::Fenced,
                 detail: TurnError::Fenced.to_string(),
             },
+            TurnError::Suspended { tool } => TurnFailure {
+                detail: TurnError::Suspended { tool: tool.clone() }.to_string(),
+                reason: FailureReason::Suspended { tool },
+            },
             TurnError::JournalEnded { step } => TurnFailure {
                 reason: FailureReason::JournalEnded { step },
                 detail: TurnError::JournalEnded { step }.to_string(),

@@ -57,6 +57,11 @@ pub enum FailureReason {
     JournalEnded {
         step: i32,
     },
+    /// Not failed: a tool suspended the turn (a coding agent works in a
+    /// sandbox); the turn runs again from its journal when it is done.
+    Suspended {
+        tool: String,
+    },
 }
 
 impl FailureReason {
@@ -70,6 +75,7 @@ impl FailureReason {
             FailureReason::StoreUnavailable => "store_unavailable",
             FailureReason::Fenced => "fenced",
             FailureReason::JournalEnded { .. } => "journal_ended",
+            FailureReason::Suspended { .. } => "suspended",
         }
     }
 

@@ -140,11 +140,15 @@ pub(super) struct CallResult {
     pub content: String,
     pub is_error: bool,
     pub terminate: bool,
+    /// The tool suspended the turn (its answer comes when the turn runs
+    /// again): nothing is recorded for it.
+    pub suspend: bool,
     pub execution: Option<ToolExecution>,
 }
 
 pub(super) async fn run_one(
     ctx: &ToolContext,
+    call_id: &str,
     resolved: Resolved,
 ) -> Result<CallResult, TurnError> {
     let (tool, args) = match resolved {
@@ -154,6 +158,7 @@ pub(super) async fn run_one(
                 content,
                 is_error: false,
                 terminate: false,
+                suspend: false,
                 execution: None,
             });
         }
@@ -162,16 +167,19 @@ pub(super) async fn run_one(
                 content: format!("error: {message}"),
                 is_error: true,
                 terminate: false,
+                suspend: false,
                 execution: None,
             });
         }
     };
     let span = crewlet_telemetry::tool_span(tool.name());
     let started = Instant::now();
-    let outcome = AssertUnwindSafe(tool.invoke(ctx, args))
-        .catch_unwind()
-        .instrument(span.clone())
-        .await;
+    let outcome = crate::tool::with_call_id(
+        call_id.to_owned(),
+        AssertUnwindSafe(tool.invoke(ctx, args)).catch_unwind(),
+    )
+    .instrument(span.clone())
+    .await;
     let elapsed = started.elapsed();
     let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     span.record("duration_ms", i64_of_duration(elapsed));
@@ -191,9 +199,13 @@ pub(super) async fn run_one(
         }
         Ok(r) => r,
     };
+    let mut suspend = false;
     let (content, is_error, terminate) = match result {
         Ok(out) => match clean_tool_result(&out.content) {
-            Ok(text) => (text, false, out.terminate),
+            Ok(text) => {
+                suspend = out.suspend;
+                (text, false, out.terminate)
+            }
             Err(rejected) => (format!("error: {rejected}"), true, out.terminate),
         },
         Err(e) => {
@@ -211,6 +223,7 @@ pub(super) async fn run_one(
         content,
         is_error,
         terminate,
+        suspend,
         execution: Some(ToolExecution {
             name,
             ok: !is_error,
@@ -228,7 +241,7 @@ pub(super) async fn run_planned(
     plan: Option<ToolPlan>,
 ) -> Result<CallResult, TurnError> {
     let (Some(plan), Some(journal)) = (plan, env.journal) else {
-        return run_one(env.ctx, resolved).await;
+        return run_one(env.ctx, &tc.id, resolved).await;
     };
     let (args, read_only) = match &resolved {
         Resolved::Run(tool, args) => (args.clone(), tool.annotations().read_only),
@@ -268,7 +281,12 @@ pub(super) async fn run_planned(
                     },
                 )
                 .await?;
-            let result = run_one(env.ctx, resolved).await?;
+            let result = run_one(env.ctx, &tc.id, resolved).await?;
+            if result.suspend {
+                // No result yet: the turn runs again from here once the
+                // work is done, and this call answers then.
+                return Ok(result);
+            }
             let record = ToolResultRecord {
                 call_id: tc.id.clone(),
                 name: tc.name.clone(),
@@ -299,6 +317,7 @@ fn recorded(r: ToolResultRecord) -> CallResult {
         content: r.content,
         is_error: r.is_error,
         terminate: r.terminate,
+        suspend: false,
     }
 }
 

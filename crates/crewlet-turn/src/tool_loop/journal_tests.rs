@@ -179,14 +179,22 @@ impl Rig {
         idempotent: bool,
         seen: &Seen,
     ) -> (Result<LoopOutcome, TurnError>, LoopStats) {
+        let tool = Arc::new(Post {
+            calls: self.posts.clone(),
+            idempotent,
+        });
+        self.run_with(provider, journal, tool, seen).await
+    }
+
+    async fn run_with(
+        &self,
+        provider: &ScriptedProvider,
+        journal: &TurnJournal,
+        tool: Arc<dyn Tool>,
+        seen: &Seen,
+    ) -> (Result<LoopOutcome, TurnError>, LoopStats) {
         let registry = ToolRegistry::new();
-        let _ = registry.register(
-            Arc::new(Post {
-                calls: self.posts.clone(),
-                idempotent,
-            }),
-            Visibility::All,
-        );
+        let _ = registry.register(tool, Visibility::All);
         let agent_id = AgentId::for_seat("T", "a");
         let ctx = ToolContext {
             agent_id,
@@ -504,4 +512,94 @@ impl Rig {
     async fn ledger_total(&self) -> u64 {
         self.tracker.summary().engine.total_tokens
     }
+}
+
+/// Works outside the turn: the first call of an id suspends, the call of
+/// the same id once `done` is set answers.
+struct Outside {
+    done: std::sync::atomic::AtomicBool,
+    seen_ids: StdMutex<Vec<Option<String>>>,
+}
+
+#[async_trait]
+impl Tool for Outside {
+    fn name(&self) -> &str {
+        "post"
+    }
+    fn description(&self) -> &str {
+        "Works outside the turn."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn annotations(&self) -> ToolAnnotations {
+        ToolAnnotations {
+            idempotent: true,
+            ..ToolAnnotations::default()
+        }
+    }
+    async fn invoke(&self, _: &ToolContext, _: Value) -> Result<ToolOutput, ToolError> {
+        if let Ok(mut ids) = self.seen_ids.lock() {
+            ids.push(crate::current_call_id());
+        }
+        if self.done.load(Ordering::SeqCst) {
+            Ok(ToolOutput::text("the work is done"))
+        } else {
+            Ok(ToolOutput::suspending("started outside"))
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_suspending_call_ends_the_turn_unanswered_and_answers_when_it_runs_again() {
+    let rig = Rig::new();
+    let outside = Arc::new(Outside {
+        done: std::sync::atomic::AtomicBool::new(false),
+        seen_ids: StdMutex::new(Vec::new()),
+    });
+    let asked = Arc::new(AtomicUsize::new(0));
+    let provider = answers(vec![post("code it"), done("reported")], asked.clone());
+
+    let journal = rig.journal(JournalMode::Record, None).await;
+    let (out, _) = rig
+        .run_with(&provider, &journal, outside.clone(), &Seen::default())
+        .await;
+    assert!(
+        matches!(&out, Err(TurnError::Suspended { tool }) if tool == "post"),
+        "{out:?}"
+    );
+    // Started, not answered: nothing the next run could take for a result.
+    assert_eq!(
+        rig.kinds().await,
+        vec![(0, "model".to_owned()), (1, "tool_started".to_owned())]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+
+    // The work finishes; the turn runs again from its journal.
+    outside.done.store(true, Ordering::SeqCst);
+    let journal = rig.journal(JournalMode::Record, None).await;
+    let (out, _) = rig
+        .run_with(&provider, &journal, outside.clone(), &Seen::default())
+        .await;
+    let out = out.unwrap_or_else(|e| panic!("resumed: {e}"));
+    assert_eq!(out.text, "reported");
+    assert_eq!(last_tool_message(&out), "the work is done");
+    // The first answer came from the journal: one more model call only.
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    // Both runs of the call knew its id, the same one.
+    let ids = outside
+        .seen_ids
+        .lock()
+        .map(|v| v.clone())
+        .unwrap_or_default();
+    assert_eq!(ids, vec![Some("c0".to_owned()), Some("c0".to_owned())]);
+    assert_eq!(
+        rig.kinds().await,
+        vec![
+            (0, "model".to_owned()),
+            (1, "tool_started".to_owned()),
+            (1, "tool_result".to_owned()),
+            (2, "model".to_owned()),
+        ]
+    );
 }

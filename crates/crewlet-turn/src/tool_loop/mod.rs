@@ -471,6 +471,11 @@ pub async fn run_tool_loop<D>(
             out
         };
 
+        if let Some((tc, _)) = tool_calls.iter().zip(&results).find(|(_, r)| r.suspend) {
+            return Err(TurnError::Suspended {
+                tool: tc.name.clone(),
+            });
+        }
         let mut terminated: Option<(String, Value)> = None;
         for (tc, result) in tool_calls.iter().zip(results) {
             if let Some(exec) = result.execution {
