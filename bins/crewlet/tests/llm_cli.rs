@@ -248,3 +248,15 @@ fn unknown_and_api_providers_are_refused_by_name() {
     assert_eq!(o.status.code(), Some(2), "{out}");
     assert!(out.contains("`type: openai`, not cli-agent"), "{out}");
 }
+
+#[test]
+fn login_runs_the_cli_own_login_into_crewlets_directory() {
+    let f = Fixture::new();
+    let o = f.crewlet(&["login", "sub"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("Login successful."), "{out}");
+    // the fake's /login wrote where CLAUDE_CONFIG_DIR pointed: Crewlet's copy
+    assert!(f.adopted().is_file(), "{out}");
+    assert!(!f.path("operator-home/.claude/.credentials.json").exists());
+}
