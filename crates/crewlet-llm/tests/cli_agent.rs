@@ -267,7 +267,7 @@ async fn a_hung_cli_times_out_and_its_whole_group_is_killed() {
     let p = provider_with(
         &state,
         json!({
-            "timeout_seconds": 2,
+            "timeout_seconds": 3,
             "env": {"FAKE_CLI_MODE": "hang", "FAKE_CLI_PIDFILE": pidfile.display().to_string()}
         }),
     );
@@ -299,7 +299,9 @@ async fn no_more_than_max_concurrent_clis_run_at_once() {
                 "FAKE_CLI_INFLIGHT_DIR": probe.display().to_string(),
                 // every run waits for all five: only the limit keeps them apart
                 "FAKE_CLI_HOLD": "5",
-                "FAKE_CLI_TOTAL": "5"
+                "FAKE_CLI_TOTAL": "5",
+                // how long a run waits for the others (slots permitting)
+                "FAKE_CLI_LINGER_MS": "3000"
             }
         }),
     );

@@ -97,6 +97,21 @@ fn sleep_forever() -> ! {
     }
 }
 
+/// Starts a child that sleeps too, writes both pids to `FAKE_CLI_PIDFILE`,
+/// and never answers.
+fn hang() -> ! {
+    let child = std::env::current_exe()
+        .and_then(|exe| Command::new(exe).env("FAKE_CLI_MODE", "sleep").spawn());
+    if let Some(pidfile) = var("FAKE_CLI_PIDFILE") {
+        let mut pids = std::process::id().to_string();
+        if let Ok(child) = &child {
+            pids.push_str(&format!("\n{}", child.id()));
+        }
+        let _ = std::fs::write(pidfile, pids);
+    }
+    sleep_forever();
+}
+
 fn logged_in() -> bool {
     var("CLAUDE_CODE_OAUTH_TOKEN").is_some() || config_dir().join(".credentials.json").is_file()
 }
@@ -192,6 +207,10 @@ fn main() -> ExitCode {
     if mode == "sleep" {
         sleep_forever();
     }
+    if mode == "hang" {
+        // first thing, so the pids are on disk long before any deadline
+        hang();
+    }
     let mut prompt = String::new();
     let _ = std::io::stdin().read_to_string(&mut prompt);
 
@@ -239,18 +258,6 @@ fn main() -> ExitCode {
             // scratch the cwd, so a test can check the directory goes
             let _ = std::fs::write("scratch.txt", b"left behind");
             lines.join("\n")
-        }
-        "hang" => {
-            let child = std::env::current_exe()
-                .and_then(|exe| Command::new(exe).env("FAKE_CLI_MODE", "sleep").spawn());
-            if let Some(pidfile) = var("FAKE_CLI_PIDFILE") {
-                let mut pids = std::process::id().to_string();
-                if let Ok(child) = &child {
-                    pids.push_str(&format!("\n{}", child.id()));
-                }
-                let _ = std::fs::write(pidfile, pids);
-            }
-            sleep_forever();
         }
         "limit" => "Claude usage limit reached. Your limit will reset at 4pm (UTC).".into(),
         "crash" => {
