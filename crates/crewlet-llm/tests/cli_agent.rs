@@ -414,6 +414,20 @@ async fn two_seats_get_different_homes() -> Result<(), LlmError> {
             .join(format!("seats/{seat}/home/.claude/.credentials.json"));
         assert!(cred.is_file(), "{}", cred.display());
     }
+    // private to the engine's user, down to the seat directories
+    #[cfg(unix)]
+    for dir in [
+        "seats",
+        "seats/alice",
+        "seats/alice/home",
+        "seats/bob/cache",
+    ] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(state.path().join(dir))
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0);
+        assert_eq!(mode, 0o700, "{dir}: {mode:o}");
+    }
     Ok(())
 }
 

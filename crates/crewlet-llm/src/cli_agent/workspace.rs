@@ -317,8 +317,14 @@ pub fn safe_join(base: &Path, rel: &str) -> Option<PathBuf> {
     (plain && rel.components().any(|c| matches!(c, Component::Normal(_)))).then(|| base.join(rel))
 }
 
+/// Creates `path` and its missing parents, each `0700` (credentials and
+/// prompts live under them), and makes `path` itself `0700`.
 pub(crate) fn make_dir(path: &Path) -> Result<(), CliAgentError> {
-    let made = fs::create_dir_all(path).and_then(|()| restrict(path, 0o700));
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    let made = builder.create(path).and_then(|()| restrict(path, 0o700));
     made.map_err(|source| CliAgentError::Workspace {
         path: path.to_path_buf(),
         source,
