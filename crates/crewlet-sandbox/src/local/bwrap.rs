@@ -30,7 +30,13 @@ const USR_LINKS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// The bwrap arguments (after the program name) to run `argv` in the box
 /// whose host directory is `root`.
-pub(crate) fn args(root: &Path, network: Network, cwd: &str, argv: &[String]) -> Vec<String> {
+pub(crate) fn args(
+    root: &Path,
+    network: Network,
+    mounts: &[super::Mount],
+    cwd: &str,
+    argv: &[String],
+) -> Vec<String> {
     let mut a: Vec<String> = Vec::with_capacity(64 + argv.len());
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| (*s).to_owned()));
     push(&["--unshare-all"]);
@@ -84,6 +90,14 @@ pub(crate) fn args(root: &Path, network: Network, cwd: &str, argv: &[String]) ->
     ]);
     a.extend(["--tmpfs".into(), "/tmp".into()]);
     a.extend(["--bind".into(), home, HOME.into()]);
+    for m in mounts {
+        let flag = if m.writable { "--bind" } else { "--ro-bind" };
+        a.extend([
+            flag.to_owned(),
+            m.host.to_string_lossy().into_owned(),
+            m.target.clone(),
+        ]);
+    }
     a.extend(["--chdir".into(), cwd.to_owned()]);
     a.push("--".into());
     a.extend(argv.iter().cloned());
@@ -100,6 +114,7 @@ mod tests {
         let none = args(
             Path::new("/s/b1"),
             Network::None,
+            &[],
             "/home/user/workspace",
             &argv,
         );
@@ -109,7 +124,27 @@ mod tests {
         assert_eq!(&none[none.len() - 3..], ["--", "echo", "hi"]);
         let pos = none.iter().position(|a| a == "/s/b1/home").unwrap_or(0);
         assert_eq!(none[pos + 1], "/home/user");
-        let host = args(Path::new("/s/b1"), Network::Host, "/home/user", &argv);
+        let host = args(Path::new("/s/b1"), Network::Host, &[], "/home/user", &argv);
         assert!(host.contains(&"--share-net".to_owned()));
+        let m: super::super::Mount = "/opt/tool:/opt/tool"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let rw: super::super::Mount = "/srv/r.git:/srv/r.git:rw"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let with = args(
+            Path::new("/s/b1"),
+            Network::None,
+            &[m, rw],
+            "/home/user",
+            &argv,
+        );
+        let ro = with.iter().position(|a| a == "/opt/tool").unwrap_or(0);
+        assert_eq!(with[ro - 1], "--ro-bind");
+        let w = with.iter().position(|a| a == "/srv/r.git").unwrap_or(0);
+        assert_eq!(with[w - 1], "--bind");
+        for bad in ["relative:/x", "/x:/", "/x:/home/user", "/x:/y:maybe", "/x"] {
+            assert!(bad.parse::<super::super::Mount>().is_err(), "{bad}");
+        }
     }
 }

@@ -37,6 +37,51 @@ pub struct LocalOptions {
     pub state_dir: PathBuf,
     /// The bubblewrap binary (`bwrap` on the PATH by default).
     pub bwrap: PathBuf,
+    /// Host paths every box gets (a toolchain, a coding agent's install).
+    pub mounts: Vec<Mount>,
+}
+
+/// A host path mounted into every box.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub host: PathBuf,
+    /// Where it appears in the box (absolute).
+    pub target: String,
+    /// Writable (default read-only).
+    pub writable: bool,
+}
+
+impl std::str::FromStr for Mount {
+    type Err = SandboxError;
+
+    /// `host:box` or `host:box:rw` (or `:ro`).
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            SandboxError::Invalid(format!(
+                "mount `{s}`: expected `host:box[:ro|:rw]` with absolute paths"
+            ))
+        };
+        let mut parts = s.split(':');
+        let (host, target) = (parts.next().ok_or_else(bad)?, parts.next().ok_or_else(bad)?);
+        let writable = match parts.next() {
+            None | Some("ro") => false,
+            Some("rw") => true,
+            Some(_) => return Err(bad()),
+        };
+        if parts.next().is_some() || !host.starts_with('/') || !target.starts_with('/') {
+            return Err(bad());
+        }
+        if target == "/" || target.starts_with(HOME) && target.len() <= HOME.len() + 1 {
+            return Err(SandboxError::Invalid(format!(
+                "mount `{s}` would cover the box's root or home"
+            )));
+        }
+        Ok(Self {
+            host: PathBuf::from(host),
+            target: target.to_owned(),
+            writable,
+        })
+    }
 }
 
 impl LocalOptions {
@@ -45,6 +90,7 @@ impl LocalOptions {
         Self {
             state_dir: state_dir.into(),
             bwrap: PathBuf::from("bwrap"),
+            mounts: Vec::new(),
         }
     }
 }
@@ -153,7 +199,13 @@ impl LocalSandbox {
             .args(procs.iter().map(|p| p.as_os_str()))
             .arg("--")
             .arg(&self.opts.bwrap)
-            .args(bwrap::args(&dir.root, meta.network, &cwd, argv))
+            .args(bwrap::args(
+                &dir.root,
+                meta.network,
+                &self.opts.mounts,
+                &cwd,
+                argv,
+            ))
             .env_clear()
             .envs(env)
             .process_group(0)
