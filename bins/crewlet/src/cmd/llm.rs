@@ -87,18 +87,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         } => {
             let p = cli_provider(&company, &file, &name)?;
             if from_host {
-                let home = home_dir(home)?;
-                let copied = p.adopt_host_login(&home)?;
-                println!(
-                    "adopted {} from {} into {}",
-                    copied.join(", "),
-                    home.display(),
-                    p.workspace().credential_dir().display()
-                );
-                println!(
-                    "this is a copy: agents never write to your own login. Both now share one refresh token; where the CLI mints a headless token, `crewlet llm login {name} --capture-token` avoids that."
-                );
-                Ok(ExitCode::SUCCESS)
+                login_from_host(&p, home)
             } else if capture_token {
                 p.capture_token()?;
                 println!(
@@ -108,26 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 );
                 Ok(ExitCode::SUCCESS)
             } else {
-                println!(
-                    "running `{}`'s own login; the login lands in {}, not in your own home",
-                    p.profile().binary,
-                    p.workspace().credential_dir().display()
-                );
-                let code = p.interactive_login()?;
-                if code != 0 {
-                    eprintln!("the login command exited with status {code}");
-                    return Ok(ExitCode::from(1));
-                }
-                if !p.login_state().logged_in() {
-                    eprintln!(
-                        "the login command wrote none of the profile's credential files ({}) under {}",
-                        p.profile().credential_paths.join(", "),
-                        p.workspace().credential_dir().display()
-                    );
-                    return Ok(ExitCode::from(1));
-                }
-                println!("logged in; check it with `crewlet llm doctor {name}`");
-                Ok(ExitCode::SUCCESS)
+                login_interactive(&p)
             }
         }
         LlmCommand::Doctor {
@@ -156,53 +126,98 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         LlmCommand::Status { name } => {
             for p in selected(&company, &file, name.as_deref())? {
-                let login = p.login_state();
-                let binary = p
-                    .binary()
-                    .map_or_else(|e| format!("missing ({e})"), |b| b.display().to_string());
-                println!(
-                    "{}: {} login: {}{}",
-                    p.settings().provider,
-                    p.profile().name,
-                    login.label(),
-                    if login.files.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", login.files.join(", "))
-                    }
-                );
-                println!("  binary: {binary}");
-                println!("  state dir: {}", p.workspace().state_dir().display());
-                if let Ok(Some(said)) = runtime.block_on(p.cli_status()) {
-                    for line in said.lines().take(5) {
-                        println!("  cli: {line}");
-                    }
-                }
+                status(&p, &runtime);
             }
             Ok(ExitCode::SUCCESS)
         }
         LlmCommand::Logout { name } => {
             let p = cli_provider(&company, &file, &name)?;
             let removed = p.logout()?;
+            let dir = p.workspace().credential_dir();
             if removed.is_empty() {
-                println!(
-                    "`{name}` had no login of Crewlet's in {}",
-                    p.workspace().credential_dir().display()
-                );
+                println!("`{name}` had no login of Crewlet's in {}", dir.display());
             } else {
-                println!(
-                    "removed {} from {}",
-                    removed.join(", "),
-                    p.workspace().credential_dir().display()
-                );
+                println!("removed {} from {}", removed.join(", "), dir.display());
             }
-            if p.settings().has_token() {
+            // built again: a captured token is gone now, a configured one is not
+            if cli_provider(&company, &file, &name)?.settings().has_token() {
                 println!(
                     "note: a token still reaches the CLI from the company file or the environment ({}); remove it there",
                     p.profile().token_env
                 );
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn login_from_host(p: &CliAgentProvider, home: Option<PathBuf>) -> Result<ExitCode> {
+    let home = home_dir(home)?;
+    let copied = p.adopt_host_login(&home)?;
+    println!(
+        "adopted {} from {} into {}",
+        copied.join(", "),
+        home.display(),
+        p.workspace().credential_dir().display()
+    );
+    println!("this is a copy: agents never write to your own login.");
+    if !p.profile().token_capture_args.is_empty() {
+        println!(
+            "both copies now share one refresh token, so a vendor that rotates it may log one side out; `crewlet llm login {} --capture-token` mints a headless token instead",
+            p.settings().provider
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn login_interactive(p: &CliAgentProvider) -> Result<ExitCode> {
+    let dir = p.workspace().credential_dir();
+    println!(
+        "running `{}`'s own login; the login lands in {}, not in your own home",
+        p.profile().binary,
+        dir.display()
+    );
+    let code = p.interactive_login()?;
+    if code != 0 {
+        eprintln!("the login command exited with status {code}");
+        return Ok(ExitCode::from(1));
+    }
+    if !p.login_state().logged_in() {
+        eprintln!(
+            "the login command wrote none of the profile's credential files ({}) under {}",
+            p.profile().credential_paths.join(", "),
+            dir.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    println!(
+        "logged in; check it with `crewlet llm doctor {}`",
+        p.settings().provider
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(p: &CliAgentProvider, runtime: &tokio::runtime::Runtime) {
+    let login = p.login_state();
+    let files = if login.files.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", login.files.join(", "))
+    };
+    println!(
+        "{}: {} login: {}{files}",
+        p.settings().provider,
+        p.profile().name,
+        login.label()
+    );
+    match p.binary() {
+        Ok(b) => println!("  binary: {}", b.display()),
+        Err(e) => println!("  binary: missing ({e})"),
+    }
+    println!("  state dir: {}", p.workspace().state_dir().display());
+    if let Ok(Some(said)) = runtime.block_on(p.cli_status()) {
+        for line in said.lines().take(5) {
+            println!("  cli: {line}");
         }
     }
 }
