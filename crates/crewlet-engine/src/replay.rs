@@ -192,7 +192,8 @@ pub async fn replay(
     .with_settings(crewlet_turn::TurnSettings {
         stream: false,
         ..crate::engine::turn_settings(&company, &EngineOptions::default())
-    });
+    })
+    .with_subagents(crate::tools::subagents::subagent_settings(&company));
 
     let trigger = match trigger_event(stores, &key, &options.task_id).await {
         Some(event) => match crewlet_core::payload::TaskRequest::from_event(&event) {

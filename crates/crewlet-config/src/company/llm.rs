@@ -300,9 +300,8 @@ pub struct LlmPhases {
     /// Model for side work (diary filtering, reflection).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auxiliary: Option<LlmChoice>,
-    /// Model for sub-agents.
+    /// Model for sub-agents; `llm_subagent` wins over it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "sub-agents are not built yet"))]
     pub subagent: Option<LlmChoice>,
     /// Model for judging work.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -171,29 +171,35 @@ pub struct TurnEngine {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "onboarding turns are not built yet"))]
     pub onboarding_max_tool_rounds: Option<u32>,
-    /// Turns a sub-agent may take.
+    /// Most tool-loop rounds of one sub-agent (`spawn_subagent`); a
+    /// sub-agent asking for more is held to this. Unset: 20.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    #[schemars(range(min = 1))]
     pub subagent_max_turns: Option<u32>,
-    /// Seconds one sub-agent may run.
+    /// Seconds one sub-agent may run before it is stopped as timed out.
+    /// Unset: 120.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    #[schemars(range(min = 0.001))]
     pub subagent_timeout_seconds: Option<f64>,
-    /// Share of the turn's budget sub-agents may spend.
+    /// Share of the seat's remaining token budget one spawn call may spend
+    /// (a batch splits it between its children); no cap when the seat's
+    /// budgets have none. Unset: 0.2.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub subagent_budget_fraction: Option<f64>,
-    /// Sub-agents running at once.
+    /// Sub-agents of one batch running at once (1 to 10). Unset: 3.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    #[schemars(range(min = 1, max = 10))]
     pub subagent_max_parallel: Option<u32>,
-    /// Seconds a batch of sub-agents may run.
+    /// Seconds a whole batch of sub-agents may run; children still running
+    /// then are stopped as timed out, finished ones keep their answers.
+    /// Unset: 120.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
+    #[schemars(range(min = 0.001))]
     pub subagent_batch_timeout_seconds: Option<f64>,
-    /// Fewest tokens each sub-agent of a batch is given.
+    /// Fewest tokens a child of a batch may be given; children whose split
+    /// of the batch's share would be less are refused. Unset: 500.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = SUBAGENTS))]
     pub subagent_min_per_child_tokens: Option<u32>,
     /// Tools Execute always offers, whatever Plan chose.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -229,7 +235,6 @@ pub struct TurnEngine {
     pub sandbox_min_budget_tokens: Option<u32>,
 }
 
-const SUBAGENTS: &str = "sub-agents are not built yet";
 const EXTENSION: &str =
     "round extensions are not built yet: the limits are max_tool_rounds and plan_max_tool_rounds";
 

@@ -77,9 +77,10 @@ pub struct Role {
     /// Cheaper model for side work (diary filtering, reflection); overrides `llm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_auxiliary: Option<LlmChoice>,
-    /// Model for sub-agents.
+    /// Model for sub-agents (`spawn_subagent`); overrides `llm`. Unset: the
+    /// `subagent` key of an `llm` map, else `llm` (its `default` key for a
+    /// map), else the company default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "sub-agents are not built yet"))]
     pub llm_subagent: Option<LlmChoice>,
     /// Model for judging work.
     #[serde(default, skip_serializing_if = "Option::is_none")]

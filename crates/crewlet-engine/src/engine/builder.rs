@@ -256,6 +256,7 @@ impl EngineBuilder {
             Arc::new(crate::colleagues::AskColleague(asks.clone())),
             Visibility::All,
         );
+        crate::tools::subagents::add_spawn_tools(&tools.catalog);
         let searcher = self
             .knowledge
             .or_else(|| crate::knowledge::from_company(&company, &options.env));
@@ -296,7 +297,8 @@ impl EngineBuilder {
         )
         .with_tools(tools.catalog.registry.clone())
         .with_skills(skills)
-        .with_settings(turn_settings(&company, &options));
+        .with_settings(turn_settings(&company, &options))
+        .with_subagents(crate::tools::subagents::subagent_settings(&company));
         let learning = base.as_ref().map(|base| {
             start_learning(&company, base, &seats, &tools.catalog, sink.clone(), &turns)
         });

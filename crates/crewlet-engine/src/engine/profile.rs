@@ -41,5 +41,6 @@ pub fn seat_profile(company: &Company, org: &Organization, seat: &Seat) -> SeatP
         .map(|(unit, max)| crewlet_store::UnitCap { unit, max })
         .collect();
     p.llm = role_llm(company, role);
+    p.subagent_llm = crate::tools::subagents::subagent_chain(company, role);
     p
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod builtin;
 pub(crate) mod mcp;
+pub(crate) mod subagents;
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
