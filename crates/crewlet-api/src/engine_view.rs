@@ -21,6 +21,9 @@ pub enum AgentState {
     /// inbox until an operator raises the cap or resets the budget, or the
     /// budget's period starts over.
     Paused,
+    /// Its turn waits for a coding agent working in a sandbox
+    /// (`run_sandbox`); its tasks wait in its inbox until the turn goes on.
+    AwaitingSandbox,
     Terminated,
 }
 

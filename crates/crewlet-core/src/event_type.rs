@@ -155,6 +155,9 @@ event_types! {
     SeatClaimed = "seat_claimed" => System,
     SeatReleased = "seat_released" => System,
     FleetControl = "fleet_control" => System,
+    SandboxRunStarted = "sandbox_run_started" => System,
+    SandboxClarificationRequested = "sandbox_clarification_requested" => System,
+    SandboxRunCompleted = "sandbox_run_completed" => System,
     // communication
     MessageSent = "message_sent" => Communication,
     // decision

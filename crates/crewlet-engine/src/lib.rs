@@ -45,6 +45,7 @@ mod mattermost;
 mod recent;
 pub mod replay;
 mod router;
+mod sandbox;
 pub mod run;
 mod scheduler;
 mod seat;

@@ -46,6 +46,9 @@ pub enum SeatState {
     /// Waiting for a spent budget to be raised, reset or to start a new
     /// period; its tasks wait in the inbox.
     Paused,
+    /// Its turn waits for a coding agent in a sandbox; its tasks wait in
+    /// the inbox.
+    AwaitingSandbox,
     /// Stopped with the engine or removed from the company.
     Terminated,
 }
@@ -57,6 +60,7 @@ impl From<SeatState> for AgentState {
             SeatState::Idle => AgentState::Idle,
             SeatState::Working => AgentState::Working,
             SeatState::Paused => AgentState::Paused,
+            SeatState::AwaitingSandbox => AgentState::AwaitingSandbox,
             SeatState::Terminated => AgentState::Terminated,
         }
     }
@@ -158,6 +162,8 @@ pub(crate) struct TurnRuntime {
     asks: Option<Arc<crate::colleagues::Asks>>,
     /// The node the turns run on (its seat host, when in a fleet).
     node: crate::fleet::work::TurnNode,
+    /// The code sandbox: a turn suspended by `run_sandbox` waits for it.
+    sandbox: Option<Arc<crate::sandbox::SandboxService>>,
 }
 
 impl TurnRuntime {
@@ -178,6 +184,7 @@ impl TurnRuntime {
             turn_ended: Notify::new(),
             statuses: Vec::new(),
             asks: None,
+            sandbox: None,
             node: crate::fleet::work::TurnNode {
                 host: None,
                 incarnation: format!("local:{}", std::process::id()),
@@ -192,6 +199,12 @@ impl TurnRuntime {
             self.node.incarnation = h.identity().incarnation.clone();
         }
         self.node.host = host;
+        self
+    }
+
+    /// Lets turns suspend on `run_sandbox` and go on when its run ends.
+    pub fn with_sandbox(mut self, sandbox: Option<Arc<crate::sandbox::SandboxService>>) -> Self {
+        self.sandbox = sandbox;
         self
     }
 
@@ -399,52 +412,21 @@ impl InboxHandler {
         }
     }
 
-    /// Runs the task an inbox message carries: its outcome, or `None`
-    /// when no turn ran (a repeat, not a task, unreadable).
-    async fn run_task(
+    /// One run of the task's turn: the seat's fence taken (in a fleet), the
+    /// journal read, a turn slot taken, the turn run.
+    async fn run_once(
         &self,
-        delivery: Delivery,
-        constituents: Vec<Uuid>,
-    ) -> Result<Option<crewlet_turn::TurnOutcome>, HandlerError> {
-        let event = &delivery.event;
+        event: &crewlet_core::Event,
+        request: &TaskRequest,
+        trigger: &crewlet_turn::Trigger,
+    ) -> Result<
+        (
+            crewlet_turn::TurnOutcome,
+            (crewlet_turn::TurnJournal, Option<crewlet_store::Fence>),
+        ),
+        HandlerError,
+    > {
         let handle = self.seat.seat.handle.as_str();
-        if self.runtime.is_draining() {
-            return Err(stopping());
-        }
-        if self.seat.handled.contains(&event.id) {
-            debug!(agent = handle, event_id = %event.id, "inbox message already handled; acknowledging the repeat");
-            return Ok(None);
-        }
-        if event.event_type != EventType::TaskCreated {
-            debug!(agent = handle, event_type = %event.event_type, "inbox message is not a task; ignored");
-            return Ok(None);
-        }
-        let request = match TaskRequest::from_event(event) {
-            Ok(r) => r,
-            Err(e) => {
-                warn!(agent = handle, event_id = %event.id, error = %e, "inbox task has an unreadable payload; dropped");
-                return Ok(None);
-            }
-        };
-        let trigger = crate::task::trigger(&request, event);
-
-        // Hold the task (unacknowledged, in order) while the database is
-        // down: the turn would pay for completions it cannot charge.
-        let draining = || self.runtime.is_draining();
-        if let Err(e) = retry_transient("starting a turn", Patience::UNTIL_BACK, &draining, || {
-            self.runtime.stores.check_available()
-        })
-        .await
-        {
-            return Err(HandlerError::new(format!(
-                "the database is unavailable; the task stays in the inbox: {e}"
-            )));
-        }
-
-        // A spent budget pauses the seat: its tasks wait until the budget
-        // is reset, raised (a new revision) or starts a new period.
-        self.wait_while_paused().await?;
-
         // In a fleet, a turn starts only under a freshly renewed seat lease;
         // its journal (what an interrupted run of it already did) is read.
         let node = &self.runtime.node;
@@ -520,17 +502,97 @@ impl InboxHandler {
             .runtime
             .statuses
             .iter()
-            .filter_map(|s| s.begin(&self.seat, &request))
+            .filter_map(|s| s.begin(&self.seat, request))
             .collect();
         let outcome = self
             .runtime
             .turns
-            .run_turn_journaled(&self.seat.profile, &trigger, Some(&journal))
+            .run_turn_journaled(&self.seat.profile, trigger, Some(&journal))
             .instrument(span)
             .await;
         drop(working);
         drop(permit);
         drop(running);
+        Ok((outcome, (journal, fence)))
+    }
+
+    /// Runs the task an inbox message carries: its outcome, or `None`
+    /// when no turn ran (a repeat, not a task, unreadable).
+    async fn run_task(
+        &self,
+        delivery: Delivery,
+        constituents: Vec<Uuid>,
+    ) -> Result<Option<crewlet_turn::TurnOutcome>, HandlerError> {
+        let event = &delivery.event;
+        let handle = self.seat.seat.handle.as_str();
+        if self.runtime.is_draining() {
+            return Err(stopping());
+        }
+        if self.seat.handled.contains(&event.id) {
+            debug!(agent = handle, event_id = %event.id, "inbox message already handled; acknowledging the repeat");
+            return Ok(None);
+        }
+        if event.event_type != EventType::TaskCreated {
+            debug!(agent = handle, event_type = %event.event_type, "inbox message is not a task; ignored");
+            return Ok(None);
+        }
+        let request = match TaskRequest::from_event(event) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(agent = handle, event_id = %event.id, error = %e, "inbox task has an unreadable payload; dropped");
+                return Ok(None);
+            }
+        };
+        let trigger = crate::task::trigger(&request, event);
+
+        // Hold the task (unacknowledged, in order) while the database is
+        // down: the turn would pay for completions it cannot charge.
+        let draining = || self.runtime.is_draining();
+        if let Err(e) = retry_transient("starting a turn", Patience::UNTIL_BACK, &draining, || {
+            self.runtime.stores.check_available()
+        })
+        .await
+        {
+            return Err(HandlerError::new(format!(
+                "the database is unavailable; the task stays in the inbox: {e}"
+            )));
+        }
+
+        // A spent budget pauses the seat: its tasks wait until the budget
+        // is reset, raised (a new revision) or starts a new period.
+        self.wait_while_paused().await?;
+
+        let node = &self.runtime.node;
+        if let Some(sandbox) = &self.runtime.sandbox {
+            sandbox.set_trigger(handle, event);
+        }
+        // A turn suspended by `run_sandbox` waits for its run, then runs
+        // again from its journal, where the call now answers.
+        let (outcome, journal) = loop {
+            let (outcome, journal) = self.run_once(event, &request, &trigger).await?;
+            let suspended = matches!(
+                outcome.failure.as_ref().map(|f| &f.reason),
+                Some(crewlet_turn::FailureReason::Suspended { .. })
+            );
+            let Some(sandbox) = self.runtime.sandbox.as_ref().filter(|_| suspended) else {
+                break (outcome, journal);
+            };
+            self.seat.set_state(SeatState::AwaitingSandbox);
+            tracing::info!(agent = handle, task_id = %outcome.task_id, "the turn waits for its coding agent in the sandbox");
+            let draining = || self.runtime.is_draining();
+            if sandbox
+                .wait(handle, outcome.turn_id, &draining)
+                .await
+                .is_err()
+            {
+                return Err(HandlerError::new(
+                    "the engine stops while a coding agent works; the task stays in the inbox and its turn goes on after the restart",
+                ));
+            }
+        };
+        if let Some(sandbox) = &self.runtime.sandbox {
+            sandbox.finish_turn(handle, outcome.turn_id).await;
+        }
         if outcome
             .failure
             .as_ref()
@@ -547,6 +609,8 @@ impl InboxHandler {
                 "the database became unavailable during the turn; the task will run again",
             ));
         }
+        let fence = journal.1;
+        let journal = journal.0;
         crate::fleet::work::record(
             &self.runtime.stores,
             handle,

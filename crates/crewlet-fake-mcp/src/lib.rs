@@ -53,6 +53,8 @@ struct Config {
     protocol: Option<String>,
     sse: bool,
     test_tools: bool,
+    /// `FAKE_MCP_TRACKER_TOOLS=1`: a code tracker's `create_merge_request`.
+    tracker_tools: bool,
     hang_on_initialize: bool,
 }
 
@@ -69,6 +71,7 @@ impl Config {
             protocol: var("FAKE_MCP_PROTOCOL"),
             sse: var("FAKE_MCP_SSE").is_some_and(|v| v == "1"),
             test_tools: var("FAKE_MCP_TEST_TOOLS").is_some_and(|v| v == "1"),
+            tracker_tools: var("FAKE_MCP_TRACKER_TOOLS").is_some_and(|v| v == "1"),
             hang_on_initialize: var("FAKE_MCP_FAIL_ON_START").is_some_and(|v| v == "hang"),
         }
     }

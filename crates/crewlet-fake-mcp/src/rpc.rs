@@ -35,6 +35,17 @@ impl Server {
                 "annotations": {"readOnlyHint": true},
             }),
         ];
+        if self.config.tracker_tools {
+            tools.push(json!({
+                "name": "create_merge_request",
+                "description": "Open a merge request from a pushed branch.",
+                "inputSchema": {"type": "object", "properties": {
+                    "project": {"type": "string"}, "source_branch": {"type": "string"},
+                    "target_branch": {"type": "string"}, "title": {"type": "string"}},
+                    "required": ["project", "source_branch", "title"]},
+                "annotations": {"readOnlyHint": false, "destructiveHint": false, "openWorldHint": true},
+            }));
+        }
         if self.config.test_tools {
             tools.push(
                 json!({"name": "sleep", "description": "Sleep for `ms` milliseconds.",
@@ -175,6 +186,30 @@ impl Server {
                 text_result(
                     Value::Array(messages.clone()).to_string(),
                     Some(json!({"messages": messages})),
+                    false,
+                )
+            }
+            "create_merge_request" if self.config.tracker_tools => {
+                let (Some(project), Some(source), Some(title)) =
+                    (arg("project"), arg("source_branch"), arg("title"))
+                else {
+                    return text_result(
+                        "create_merge_request needs `project`, `source_branch` and `title`".into(),
+                        None,
+                        true,
+                    );
+                };
+                let target = arg("target_branch").unwrap_or_else(|| "main".into());
+                let iid = self.counter.fetch_add(1, Ordering::SeqCst) + 1;
+                let url = format!("https://tracker.example/{project}/-/merge_requests/{iid}");
+                self.append_log(json!({
+                    "event": "tool_call", "tool": "create_merge_request", "ts_ms": now_ms(),
+                    "identity": identity, "project": project, "source_branch": source,
+                    "target_branch": target, "title": title, "iid": iid,
+                }));
+                text_result(
+                    format!("opened merge request !{iid} ({source} -> {target}): {url}"),
+                    Some(json!({"iid": iid, "web_url": url})),
                     false,
                 )
             }

@@ -1,8 +1,8 @@
-//! Settings of capabilities the original engine has and Crewlet does not
-//! have yet: the code sandbox, fleet placement and the knowledge system.
-//! They are accepted and type-checked so the original's companies load
-//! unchanged; `crewlet validate` and the engine's start log name each one
-//! that is set and say it has no effect.
+//! Settings of the code sandbox, fleet placement and the knowledge system,
+//! in the original's shapes. Keys Crewlet does not act on yet carry
+//! `x-crewlet-inert`: they are accepted and type-checked so the original's
+//! companies load unchanged, and `crewlet validate` and the engine's start
+//! log name each one that is set and say it has no effect.
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -19,9 +19,11 @@ pub struct RoleSandbox {
     #[serde(default)]
     pub coding_agent: CodingAgentChoice,
     /// Seconds a paused sandbox is kept; negative: the provider's default.
+    #[schemars(extend("x-crewlet-inert" = "pausing a run for a human answer is not built yet"))]
     #[serde(default = "minus_one")]
     pub pause_ttl_seconds: f64,
     /// MCP servers rendered into the sandbox.
+    #[schemars(extend("x-crewlet-inert" = "MCP servers are not rendered into sandboxes yet"))]
     #[serde(default)]
     pub mcp: SandboxMcp,
     /// Environment of the sandbox.
@@ -46,6 +48,9 @@ pub enum CodingAgentChoice {
     ClaudeCode,
     #[serde(rename = "opencode")]
     Opencode,
+    /// Crewlet: the provider's `command`.
+    #[serde(rename = "command")]
+    Command,
 }
 
 /// Which of the seat's MCP servers the sandbox gets.
@@ -108,28 +113,45 @@ pub struct SandboxProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalSandbox>,
     /// API key of the hosted backend.
+    #[schemars(extend("x-crewlet-inert" = "the e2b backend is not built yet; use `type: local`"))]
     #[serde(default)]
     pub api_key: String,
     /// Domain of a self-hosted backend.
+    #[schemars(extend("x-crewlet-inert" = "the e2b backend is not built yet; use `type: local`"))]
     #[serde(default)]
     pub domain: String,
     /// Sandbox template (image) name.
+    #[schemars(extend("x-crewlet-inert" = "the e2b backend is not built yet; use `type: local`"))]
     #[serde(default)]
     pub template: String,
     /// Coding agent of seats that name none.
     #[serde(default)]
     pub default_coding_agent: CodingAgent,
-    /// Time allowed for one sandbox run, in seconds.
+    /// How long a box outlives an engine that stopped looking at it, in
+    /// seconds (a keepalive, never a cap on a run).
     #[serde(default = "default_sandbox_timeout")]
     #[schemars(range(min = 0.001))]
     pub default_timeout_seconds: f64,
     /// How long a paused sandbox is kept, in seconds.
+    #[schemars(extend("x-crewlet-inert" = "pausing a run for a human answer is not built yet"))]
     #[serde(default = "default_pause_ttl")]
     #[schemars(range(min = 0.0))]
     pub default_pause_ttl_seconds: f64,
     /// Steps run in every new sandbox.
     #[serde(default)]
     pub setup: Vec<SetupStep>,
+    /// Crewlet: the command line of the `command` coding agent; the brief
+    /// is added as its last argument (and is in `~/.crewlet/brief.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Crewlet: seconds between two looks at a running coding agent.
+    #[serde(default = "default_poll")]
+    #[schemars(range(min = 0.01))]
+    pub poll_seconds: f64,
+}
+
+fn default_poll() -> f64 {
+    2.0
 }
 
 fn default_sandbox_timeout() -> f64 {
@@ -158,19 +180,23 @@ pub enum CodingAgent {
     #[default]
     ClaudeCode,
     Opencode,
+    /// Crewlet: any program, named by `command`.
+    Command,
 }
 
 /// A sandbox on this machine.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSandbox {
     /// `direct` (a process) or `container`.
     #[serde(default)]
     pub containment: Containment,
     /// Container image.
+    #[schemars(extend("x-crewlet-inert" = "container containment is not built; use `containment: bubblewrap`"))]
     #[serde(default)]
     pub image: String,
     /// Container runtime: `auto`, `docker` or `podman`.
+    #[schemars(extend("x-crewlet-inert" = "container containment is not built; use `containment: bubblewrap`"))]
     #[serde(default)]
     pub runtime: ContainerRuntime,
     /// Directory for sandbox state.
@@ -180,8 +206,37 @@ pub struct LocalSandbox {
     #[serde(default)]
     pub network: String,
     /// Extra arguments for the container run.
+    #[schemars(extend("x-crewlet-inert" = "container containment is not built; use `containment: bubblewrap`"))]
     #[serde(default)]
     pub run_args: Vec<String>,
+    /// Crewlet (`bubblewrap`): memory of one box, in MiB.
+    #[serde(default = "default_memory_mb")]
+    #[schemars(range(min = 8))]
+    pub memory_mb: u64,
+    /// Crewlet (`bubblewrap`): processes one box may run at once.
+    #[serde(default = "default_pids")]
+    #[schemars(range(min = 1))]
+    pub pids: u32,
+    /// Crewlet (`bubblewrap`): CPU share of one box (1.0 is one core).
+    #[serde(default = "default_cpus")]
+    #[schemars(range(min = 0.01))]
+    pub cpus: f64,
+    /// Crewlet (`bubblewrap`): host paths mounted into every box,
+    /// `host:box` (read-only) or `host:box:rw`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<String>,
+}
+
+fn default_memory_mb() -> u64 {
+    2048
+}
+
+fn default_pids() -> u32 {
+    256
+}
+
+fn default_cpus() -> f64 {
+    1.0
 }
 
 /// How a local sandbox is contained.
@@ -191,6 +246,8 @@ pub enum Containment {
     #[default]
     Direct,
     Container,
+    /// Crewlet: bubblewrap namespaces and cgroup limits on this host.
+    Bubblewrap,
 }
 
 /// Container runtimes.

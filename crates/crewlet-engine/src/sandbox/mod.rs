@@ -1,0 +1,574 @@
+//! The code sandbox in the engine: `run_sandbox` starts a coding agent in an
+//! isolated box for a seat, detached; the seat's turn stops there (the seat
+//! is `awaiting_sandbox` and its inbox keeps its mail), the run is polled to
+//! its end, and the same turn runs again from its journal, where the
+//! `run_sandbox` call now answers with the run's report.
+//!
+//! A run is a [`SandboxRun`] row, so an engine that restarts mid-run finds
+//! it again: the task comes back from the inbox, its turn walks its journal
+//! to the same call, and the call, seeing its run still going, suspends the
+//! turn again.
+//!
+//! Boxes live for the turn: a second `run_sandbox` call of the same turn
+//! (after a question was answered, for a follow-up fix) reuses the box and
+//! its checkout; the boxes of a turn are removed when the turn ends.
+
+mod agent;
+mod tool;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewlet_config::later::{
+    CodingAgent, CodingAgentChoice, Containment, RoleSandbox, SandboxKind, SandboxProvider,
+};
+use crewlet_config::{Company, Organization};
+use crewlet_core::{Event, EventType};
+use crewlet_queue::EventQueue;
+use crewlet_sandbox::setup::{SetupStep, provision, resolve_env};
+use crewlet_sandbox::{BoxId, BoxSpec, Exec, Limits, Network, RunId, RunState, Sandbox};
+use crewlet_store::{SandboxRun, SandboxRunPatch, SandboxRunStatus, SandboxRuns};
+use parking_lot::Mutex;
+use serde_json::json;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::engine::EnvLookup;
+
+pub(crate) use tool::RunSandboxTool;
+
+/// How long a box outlives an engine that stopped looking at it.
+const KEEPALIVE_MIN: Duration = Duration::from_secs(60);
+
+/// A seat's sandbox settings, resolved.
+struct SeatSandbox {
+    agent: CodingAgent,
+    role: RoleSandbox,
+    manager: Option<String>,
+    name: String,
+}
+
+/// The engine's sandbox: the backend, the runs, each seat's settings.
+pub(crate) struct SandboxService {
+    backend: Arc<dyn Sandbox>,
+    runs: Arc<dyn SandboxRuns>,
+    queue: Arc<dyn EventQueue>,
+    provider: SandboxProvider,
+    seats: HashMap<String, SeatSandbox>,
+    env: EnvLookup,
+    /// The inbox event each seat's running turn came from.
+    triggers: Mutex<HashMap<String, Event>>,
+}
+
+impl SandboxService {
+    /// The sandbox of `company`: `None` when it has no provider, no seat
+    /// enables it, or the backend cannot work here (said in the log).
+    pub async fn from_company(
+        company: &Company,
+        org: &Organization,
+        env: &EnvLookup,
+        runs: Arc<dyn SandboxRuns>,
+        queue: Arc<dyn EventQueue>,
+    ) -> Option<Arc<Self>> {
+        let provider = company.providers.sandbox.clone()?;
+        let seats: HashMap<String, SeatSandbox> = org
+            .agents()
+            .filter_map(|s| {
+                let role = s.role.sandbox.as_deref().filter(|r| r.enabled)?.clone();
+                let agent = match role.coding_agent {
+                    CodingAgentChoice::Default => provider.default_coding_agent,
+                    CodingAgentChoice::ClaudeCode => CodingAgent::ClaudeCode,
+                    CodingAgentChoice::Opencode => CodingAgent::Opencode,
+                    CodingAgentChoice::Command => CodingAgent::Command,
+                };
+                Some((
+                    s.handle.clone(),
+                    SeatSandbox {
+                        agent,
+                        role,
+                        manager: s.manager.clone(),
+                        name: s.name.clone(),
+                    },
+                ))
+            })
+            .collect();
+        if seats.is_empty() {
+            return None;
+        }
+        let backend: Arc<dyn Sandbox> = match provider.kind {
+            SandboxKind::None => return None,
+            SandboxKind::Local => match local_backend(&provider, env).await {
+                Ok(b) => b,
+                Err(e) => {
+                    warn!(error = %e, "providers.sandbox: the local sandbox cannot start; no seat gets run_sandbox");
+                    return None;
+                }
+            },
+            SandboxKind::E2b | SandboxKind::Fake => {
+                warn!(kind = ?provider.kind, "providers.sandbox: only the `local` backend is built so far; no seat gets run_sandbox");
+                return None;
+            }
+        };
+        info!(
+            backend = backend.backend(),
+            seats = seats.len(),
+            "code sandbox ready"
+        );
+        Some(Arc::new(Self {
+            backend,
+            runs,
+            queue,
+            provider,
+            seats,
+            env: env.clone(),
+            triggers: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The seats that get `run_sandbox`.
+    pub fn handles(&self) -> Vec<String> {
+        self.seats.keys().cloned().collect()
+    }
+
+    /// Notes the inbox event `handle`'s turn runs for (kept with its runs).
+    pub fn set_trigger(&self, handle: &str, event: &Event) {
+        self.triggers
+            .lock()
+            .insert(handle.to_owned(), event.clone());
+    }
+
+    fn poll_every(&self) -> Duration {
+        Duration::from_secs_f64(self.provider.poll_seconds.max(0.01))
+    }
+
+    fn keepalive(&self) -> Duration {
+        Duration::from_secs_f64(self.provider.default_timeout_seconds.max(0.0)).max(KEEPALIVE_MIN)
+    }
+
+    /// The run environment of a seat's boxes: identity, then the role's own
+    /// (`${VAR}`-resolved). Names of empty references are logged, never values.
+    fn box_env(&self, handle: &str, seat: &SeatSandbox) -> BTreeMap<String, String> {
+        let raw: BTreeMap<String, String> = seat
+            .role
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let (resolved, empty) = resolve_env(&raw, |n| (self.env)(n));
+        if !empty.is_empty() {
+            warn!(agent = handle, keys = ?empty, "sandbox_env_unresolved: these sandbox variables resolved empty");
+        }
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_owned(), agent::PATH.to_owned());
+        env.insert("CREWLET_AGENT_HANDLE".to_owned(), handle.to_owned());
+        env.insert("CREWLET_AGENT_NAME".to_owned(), seat.name.clone());
+        env.insert(
+            "CREWLET_AGENT_EMAIL".to_owned(),
+            format!("{handle}@agents.crewlet.local"),
+        );
+        env.insert("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned());
+        env.extend(resolved);
+        env
+    }
+
+    fn setup_steps(&self, seat: &SeatSandbox) -> Vec<SetupStep> {
+        self.provider
+            .setup
+            .iter()
+            .chain(seat.role.setup.iter())
+            .map(|s| {
+                let raw: BTreeMap<String, String> =
+                    s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let (env, _) = resolve_env(&raw, |n| (self.env)(n));
+                SetupStep {
+                    name: s.name.clone(),
+                    files: s
+                        .files
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    commands: s.commands.clone(),
+                    env,
+                    brief: Some(s.brief.clone()).filter(|b| !b.trim().is_empty()),
+                    timeout: Duration::from_secs_f64(s.timeout_seconds.max(0.001)),
+                }
+            })
+            .collect()
+    }
+
+    /// Makes and provisions a box for `handle`; returns it and the setup briefs.
+    async fn new_box(
+        &self,
+        handle: &str,
+        seat: &SeatSandbox,
+    ) -> Result<(BoxId, Vec<String>), String> {
+        let local = self.provider.local.clone().unwrap_or_default();
+        let spec = BoxSpec {
+            env: self.box_env(handle, seat),
+            network: if local.network == "none" {
+                Network::None
+            } else {
+                Network::Host
+            },
+            limits: Limits {
+                memory_mb: Some(local.memory_mb.max(8)),
+                pids: Some(local.pids.max(1)),
+                cpus: Some(local.cpus),
+            },
+            labels: [("seat".to_owned(), handle.to_owned())]
+                .into_iter()
+                .collect(),
+        };
+        let id = self
+            .backend
+            .create(&spec)
+            .await
+            .map_err(|e| e.to_string())?;
+        let shim = self
+            .backend
+            .write_file(&id, agent::ASK_SHIM, agent::ASK_SCRIPT.as_bytes())
+            .await;
+        let chmod = match shim {
+            Ok(()) => self
+                .backend
+                .exec(&id, &Exec::new(["chmod", "+x", agent::ASK_SHIM]))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = chmod {
+            let _ = self.backend.kill(&id).await;
+            return Err(format!("cannot install crewlet-ask in the box: {e}"));
+        }
+        match provision(
+            self.backend.as_ref(),
+            &id,
+            &self.setup_steps(seat),
+            &spec.env,
+        )
+        .await
+        {
+            Ok(done) => Ok((id, done.briefs)),
+            Err(e) => {
+                warn!(agent = handle, error = %e, "sandbox_setup_failed");
+                let _ = self.backend.kill(&id).await;
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Starts the coding agent on `task` for the `run_sandbox` call
+    /// `call_id` of `ctx`'s turn; reuses the turn's box if it has one.
+    async fn launch(
+        &self,
+        ctx: &crewlet_turn::ToolContext,
+        call_id: &str,
+        task: &str,
+    ) -> Result<SandboxRun, String> {
+        let handle = ctx.agent_handle.as_str();
+        let seat = self
+            .seats
+            .get(handle)
+            .ok_or("this seat has no code sandbox")?;
+        let earlier = self
+            .runs
+            .with_status(
+                Some(handle),
+                &[SandboxRunStatus::Completed, SandboxRunStatus::Failed],
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .rev()
+            .find(|r| r.turn_id == ctx.turn_id && !r.box_id.is_empty());
+        let (box_id, briefs) = match earlier {
+            Some(r) => {
+                let id = BoxId(r.box_id.clone());
+                let spec = BoxSpec {
+                    env: self.box_env(handle, seat),
+                    ..BoxSpec::default()
+                };
+                match self.backend.reconnect(&id, &spec).await {
+                    Ok(()) => {
+                        // A fresh start: the last run's question and report go.
+                        let _ = self
+                            .backend
+                            .exec(
+                                &id,
+                                &Exec::shell(format!(
+                                    "rm -rf {} {}",
+                                    agent::ASK_DIR,
+                                    agent::FINDINGS
+                                )),
+                            )
+                            .await;
+                        (id, Vec::new())
+                    }
+                    Err(_) => self.new_box(handle, seat).await?,
+                }
+            }
+            None => self.new_box(handle, seat).await?,
+        };
+        let brief = agent::brief(task, &briefs, handle);
+        let started = async {
+            self.backend
+                .write_file(&box_id, agent::BRIEF, brief.as_bytes())
+                .await?;
+            let argv = agent::command_line(seat.agent, &self.provider.command, &brief)
+                .map_err(crewlet_sandbox::SandboxError::Invalid)?;
+            self.backend.keepalive(&box_id, self.keepalive()).await?;
+            self.backend.start(&box_id, &Exec::new(argv)).await
+        }
+        .await;
+        let run_id = match started {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.backend.kill(&box_id).await;
+                return Err(format!("the coding agent did not start: {e}"));
+            }
+        };
+        let trigger = self.triggers.lock().get(handle).cloned();
+        let now = chrono::Utc::now();
+        let run = SandboxRun {
+            id: Uuid::now_v7(),
+            seat: handle.to_owned(),
+            task_id: ctx.task_id.clone(),
+            turn_id: ctx.turn_id,
+            call_id: call_id.to_owned(),
+            trigger_event: trigger
+                .as_ref()
+                .and_then(|e| serde_json::to_value(e).ok())
+                .unwrap_or_default(),
+            conversation: None,
+            backend: self.backend.backend().to_owned(),
+            box_id: box_id.0.clone(),
+            run_id: run_id.0.clone(),
+            coding_agent: agent::agent_name(seat.agent).to_owned(),
+            status: SandboxRunStatus::Running,
+            question: None,
+            answer: None,
+            result: None,
+            paused_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let stored = self.runs.insert(&run).await.map_err(|e| e.to_string())?;
+        self.publish(
+            EventType::SandboxRunStarted,
+            &stored,
+            format!("{handle} started {} in a sandbox", stored.coding_agent),
+            json!({}),
+            &ctx.trace,
+        )
+        .await;
+        Ok(stored)
+    }
+
+    async fn publish(
+        &self,
+        kind: EventType,
+        run: &SandboxRun,
+        summary: String,
+        extra: serde_json::Value,
+        trace: &crewlet_core::TraceContext,
+    ) {
+        let mut payload = json!({
+            "run_id": run.id,
+            "turn_id": run.turn_id,
+            "call_id": run.call_id,
+            "backend": run.backend,
+            "sandbox_id": run.box_id,
+            "coding_agent": run.coding_agent,
+            "status": run.status.as_str(),
+        });
+        if let (Some(p), Some(e)) = (payload.as_object_mut(), extra.as_object()) {
+            p.extend(e.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let mut event = Event::new(kind, "engine")
+            .with_summary(summary)
+            .with_agent_handle(&run.seat)
+            .with_payload(payload)
+            .with_trace(trace.child());
+        event.task_id = Some(run.task_id.clone());
+        crate::sink::publish_event(self.queue.as_ref(), event).await;
+    }
+
+    /// Waits until no run of `handle`'s turn `turn_id` is running, keeping
+    /// the boxes alive and collecting each run that ends. `Err` when
+    /// `stopping` says the engine stops first (the runs go on; the next
+    /// start picks them up).
+    pub async fn wait(
+        &self,
+        handle: &str,
+        turn_id: Uuid,
+        stopping: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<(), ()> {
+        loop {
+            let running: Vec<SandboxRun> = match self
+                .runs
+                .with_status(Some(handle), &[SandboxRunStatus::Running])
+                .await
+            {
+                Ok(r) => r.into_iter().filter(|r| r.turn_id == turn_id).collect(),
+                Err(e) => {
+                    warn!(agent = handle, error = %e, "cannot read the seat's sandbox runs; looking again");
+                    Vec::new()
+                }
+            };
+            if running.is_empty() {
+                return Ok(());
+            }
+            for run in running {
+                self.check(&run).await;
+            }
+            if stopping() {
+                return Err(());
+            }
+            tokio::time::sleep(self.poll_every()).await;
+        }
+    }
+
+    /// One look at a running run: keep its box alive, or collect it.
+    async fn check(&self, run: &SandboxRun) {
+        let id = BoxId(run.box_id.clone());
+        let state = self.backend.poll(&id, &RunId(run.run_id.clone())).await;
+        let exit = match state {
+            Ok(RunState::Running) => {
+                let _ = self.backend.keepalive(&id, self.keepalive()).await;
+                return;
+            }
+            Ok(RunState::Exited { code }) => Some(code),
+            Ok(RunState::Lost) => None,
+            Err(e) => {
+                warn!(agent = %run.seat, sandbox = %id, error = %e, "the sandbox is gone; the run failed");
+                None
+            }
+        };
+        let output = self
+            .backend
+            .run_output(&id, &RunId(run.run_id.clone()))
+            .await
+            .unwrap_or_default();
+        let findings = self.read_text(&id, agent::FINDINGS).await;
+        let question = match self.read_text(&id, "/home/user/.crewlet/ask/question").await {
+            Some(q) if !q.trim().is_empty() => {
+                let to = self
+                    .read_text(&id, "/home/user/.crewlet/ask/to")
+                    .await
+                    .unwrap_or_else(|| "requester".into());
+                Some((q, to))
+            }
+            _ => None,
+        };
+        let asked = question.is_some();
+        let result = agent::result(exit, findings, &output.stdout, &output.stderr, question);
+        let to = if exit.is_some() {
+            SandboxRunStatus::Completed
+        } else {
+            SandboxRunStatus::Failed
+        };
+        let patch = SandboxRunPatch {
+            result: Some(Some(result.clone())),
+            ..SandboxRunPatch::default()
+        };
+        match self
+            .runs
+            .transition(run.id, &[SandboxRunStatus::Running], to, &patch)
+            .await
+        {
+            Ok(Some(done)) => {
+                let trace = crewlet_core::TraceContext::new_root();
+                let verb = if asked { "asks a question" } else { "finished" };
+                self.publish(
+                    EventType::SandboxRunCompleted,
+                    &done,
+                    format!("{}'s coding agent {verb}", done.seat),
+                    json!({"exit_code": exit, "asked": asked, "findings": result["findings"], "transcript": result["transcript"]}),
+                    &trace,
+                )
+                .await;
+            }
+            Ok(None) => {} // collected elsewhere first
+            Err(e) => {
+                warn!(agent = %run.seat, error = %e, "cannot record the sandbox run's end; looking again")
+            }
+        }
+    }
+
+    async fn read_text(&self, id: &BoxId, path: &str) -> Option<String> {
+        let bytes = self.backend.read_file(id, path).await.ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// What the `run_sandbox` call of a finished run answers.
+    fn reply(&self, run: &SandboxRun) -> String {
+        let hint = self.seats.get(&run.seat).map_or(String::new(), |s| {
+            format!(
+                "requester: whoever sent this task; manager: {}.",
+                s.manager.as_deref().unwrap_or("(none)")
+            )
+        });
+        agent::reply(
+            run.result.as_ref().unwrap_or(&serde_json::Value::Null),
+            &hint,
+        )
+    }
+
+    /// Removes the boxes of `handle`'s turn `turn_id` (it ended).
+    pub async fn finish_turn(&self, handle: &str, turn_id: Uuid) {
+        let closed = self
+            .runs
+            .with_status(
+                Some(handle),
+                &[SandboxRunStatus::Completed, SandboxRunStatus::Failed],
+            )
+            .await
+            .unwrap_or_default();
+        let mut seen = std::collections::BTreeSet::new();
+        for run in closed
+            .into_iter()
+            .filter(|r| r.turn_id == turn_id && !r.box_id.is_empty())
+        {
+            if seen.insert(run.box_id.clone()) {
+                if let Err(e) = self.backend.kill(&BoxId(run.box_id.clone())).await {
+                    warn!(agent = handle, sandbox = %run.box_id, error = %e, "cannot remove the turn's sandbox");
+                }
+            }
+        }
+    }
+}
+
+async fn local_backend(
+    provider: &SandboxProvider,
+    env: &EnvLookup,
+) -> Result<Arc<dyn Sandbox>, String> {
+    let local = provider
+        .local
+        .clone()
+        .ok_or("`type: local` needs a `local:` block")?;
+    if local.containment == Containment::Container {
+        return Err(
+            "`containment: container` needs a container engine; use `containment: bubblewrap`"
+                .into(),
+        );
+    }
+    let state_dir = if local.state_dir.is_empty() {
+        env("CREWLET_SANDBOX_LOCAL_HOME")
+            .or_else(|| env("HOME").map(|h| format!("{h}/.crewlet/sandboxes")))
+            .ok_or("no `local.state_dir`, CREWLET_SANDBOX_LOCAL_HOME or HOME")?
+    } else {
+        local.state_dir.clone()
+    };
+    let mut opts = crewlet_sandbox::local::LocalOptions::new(state_dir);
+    for m in &local.mounts {
+        opts.mounts.push(
+            m.parse()
+                .map_err(|e: crewlet_sandbox::SandboxError| e.to_string())?,
+        );
+    }
+    let sandbox = crewlet_sandbox::local::LocalSandbox::new(opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(sandbox))
+}

@@ -1,0 +1,324 @@
+//! `run_sandbox` end to end on the memory broker with a real local sandbox
+//! (bubblewrap + cgroups): the engineer's turn starts a fake coding agent
+//! in a box and parks; the agent edits a checkout of a local git remote,
+//! pushes a work-in-progress branch and asks one question (`crewlet-ask
+//! --to manager`); the turn goes on, asks its manager in chat (`a2a_ask`),
+//! runs the agent again in the same box with the answer; the agent pushes
+//! the branch and reports; the turn opens the merge request through the
+//! fake tracker and completes. The box is gone afterwards.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use crewlet_config::Company;
+use crewlet_core::EventType;
+use crewlet_engine::{Backends, EngineBuilder, EngineOptions};
+use crewlet_queue::{EventQueue, MemoryBroker};
+use crewlet_store::Stores;
+use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+const ANSWER: &str = "Hello-Crewlet";
+
+/// The fake coding agent: a shell script run inside the box. With no
+/// answer in its brief it pushes a work-in-progress branch and asks; with
+/// one it finishes the change, pushes and reports.
+const FAKE_AGENT: &str = r#"#!/bin/sh
+set -e
+brief="$1"
+cd /home/user/workspace
+[ -d app ] || git clone -q /srv/remote.git app
+cd app
+git checkout -q -B feature/greeting
+answer=$(printf '%s\n' "$brief" | sed -n 's/.*ANSWER: *\([A-Za-z-]*\).*/\1/p' | head -n 1)
+if [ -z "$answer" ]; then
+  printf 'greeting = "TODO"\n' > greeting.txt
+  git add greeting.txt
+  git commit -q -m "wip: greeting"
+  git push -q origin feature/greeting
+  crewlet-ask "Which greeting should the app show?" --to manager
+  exit 0
+fi
+printf 'greeting = "%s"\n' "$answer" > greeting.txt
+git add greeting.txt
+git commit -q -m "greeting: $answer"
+git push -q -f origin feature/greeting
+printf 'Set the greeting to %s on branch feature/greeting (pushed).\n' "$answer" > /home/user/.crewlet/findings.md
+echo '{"result": "done", "usage": {"input_tokens": 120, "output_tokens": 30}}'
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A bare remote with one commit on `main`, and the fake agent's directory.
+fn fixtures(root: &Path) -> (PathBuf, PathBuf) {
+    let remote = root.join("remote.git");
+    let seed = root.join("seed");
+    std::fs::create_dir_all(&seed).unwrap_or_else(|e| panic!("{e}"));
+    git(
+        root,
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap_or_default(),
+        ],
+    );
+    git(&seed, &["init", "-q", "-b", "main"]);
+    std::fs::write(seed.join("README.md"), "app\n").unwrap_or_else(|e| panic!("{e}"));
+    git(&seed, &["add", "README.md"]);
+    git(&seed, &["commit", "-q", "-m", "init"]);
+    git(
+        &seed,
+        &["push", "-q", remote.to_str().unwrap_or_default(), "main"],
+    );
+    let agent = root.join("agent");
+    std::fs::create_dir_all(&agent).unwrap_or_else(|e| panic!("{e}"));
+    let script = agent.join("fake-coding-agent");
+    std::fs::write(&script, FAKE_AGENT).unwrap_or_else(|e| panic!("{e}"));
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+    (remote, agent)
+}
+
+fn company(llm: &str, root: &Path, remote: &Path, agent: &Path, mcp_log: &Path) -> Company {
+    let yaml = format!(
+        r#"name: Code Co
+providers:
+  llm:
+    fake: {{type: openai-compatible, model: fake-model, base_url: "{llm}"}}
+  sandbox:
+    type: local
+    default_coding_agent: command
+    command: ["/opt/fake-agent/fake-coding-agent"]
+    poll_seconds: 0.05
+    local:
+      containment: bubblewrap
+      state_dir: "{boxes}"
+      network: none
+      memory_mb: 512
+      mounts: ["{agent}:/opt/fake-agent", "{remote}:/srv/remote.git:rw"]
+    setup:
+      - name: git-identity
+        commands:
+          - git config --global user.name "$CREWLET_AGENT_HANDLE"
+          - git config --global user.email "$CREWLET_AGENT_EMAIL"
+        brief: git commits as you.
+turn_engine:
+  max_concurrent_turns: 4
+mcp_servers:
+  - name: tracker
+    transport: stdio
+    shared: false
+    command: "{bin}"
+    env:
+      FAKE_MCP_LOG: "{log}"
+      FAKE_MCP_TRACKER_TOOLS: "1"
+    startup_timeout_seconds: 30
+roles:
+  - {{name: CTO, handle: cto, manages: [eng]}}
+  - name: Engineer
+    handle: eng
+    mcp_env:
+      tracker: {{FAKE_MCP_IDENTITY: eng-bot}}
+    sandbox:
+      enabled: true
+"#,
+        boxes = root.join("boxes").display(),
+        agent = agent.display(),
+        remote = remote.display(),
+        bin = fake_mcp_bin().display(),
+        log = mcp_log.display(),
+    );
+    Company::from_yaml("code", &yaml).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const ENGINEER: &str = "# Your seat: Engineer";
+const MR_TOOL: &str = "tracker__create_merge_request";
+
+fn script() -> Script {
+    let plan = json!({"decision": "plan", "reasoning": "code work", "steps": [{"intent": "have it coded", "tools": ["run_sandbox"]}],
+                      "tools_needed": ["run_sandbox", "a2a_ask", MR_TOOL], "success_criteria": ["merge request open"]});
+    Script::new()
+        .on(
+            When::tool_offered("submit_review"),
+            Reply::tool_call("submit_review", json!({"decision": "done", "notes": "ok", "completed_work": "mr", "final_artifact": "Merge request opened."})),
+        )
+        .on(When::tool_offered("submit_plan").and_system_contains(ENGINEER), Reply::tool_call("submit_plan", plan))
+        .on(
+            When::tool_offered("submit_plan"),
+            Reply::tool_call("submit_plan", json!({"decision": "direct", "reasoning": "know it", "steps": [{"intent": "answer"}]})),
+        )
+        .on(When::tool_result_contains("opened merge request").and_system_contains(ENGINEER), Reply::text("Opened the merge request."))
+        .on(
+            When::tool_result_contains("Set the greeting to").and_system_contains(ENGINEER),
+            Reply::tool_call(MR_TOOL, json!({"project": "app", "source_branch": "feature/greeting", "title": "Greeting"})),
+        )
+        .on(
+            When::tool_result_contains("@cto answered").and_system_contains(ENGINEER),
+            Reply::tool_call("run_sandbox", json!({"brief": format!("In /srv/remote.git, finish the greeting on feature/greeting. ANSWER: {ANSWER}")})),
+        )
+        .on(
+            When::tool_result_contains("Question for manager").and_system_contains(ENGINEER),
+            Reply::tool_call("a2a_ask", json!({"handle": "cto", "question": "Which greeting should the app show?", "wait_seconds": 60})),
+        )
+        .on(
+            When::tool_offered("run_sandbox").and_after_tool_result(false).and_system_contains(ENGINEER),
+            Reply::tool_call("run_sandbox", json!({"brief": "In /srv/remote.git, add greeting.txt on branch feature/greeting."})),
+        )
+        .on(When::any(), Reply::text(format!("Use {ANSWER}.")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens() {
+    if !sandbox_available().await {
+        return;
+    }
+    let root = std::env::temp_dir().join(format!(
+        "crewlet-sandbox-e2e-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let (remote, agent) = fixtures(&root);
+    let mcp = root.join("tracker.jsonl");
+    let llm = FakeLlmServer::start(script())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
+    let stores = Stores::memory();
+    let backends = Backends::new(queue.clone(), stores.clone());
+    let engine = EngineBuilder::new(
+        company(&llm.openai_base_url(), &root, &remote, &agent, &mcp),
+        &backends,
+    )
+    .options(EngineOptions {
+        stream_progress: false,
+        env: Arc::new(|name: &str| {
+            (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
+        }),
+        ..EngineOptions::default()
+    })
+    .start()
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    engine
+        .assign(
+            "eng",
+            "api",
+            "Add a greeting to the app and open a merge request.",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the engineer's task to complete", WAIT, || async {
+        events_of(&stores, EventType::TaskCompleted)
+            .await
+            .iter()
+            .any(|e| e.agent_handle() == Some("eng"))
+            .then_some(())
+    })
+    .await;
+    engine.shutdown().await;
+
+    // Two runs in one box: the first asked, the second finished.
+    let started = events_of(&stores, EventType::SandboxRunStarted).await;
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(
+        started[0].payload["sandbox_id"], started[1].payload["sandbox_id"],
+        "the box was not reused"
+    );
+    let mut completed = events_of(&stores, EventType::SandboxRunCompleted).await;
+    completed.reverse();
+    assert_eq!(completed.len(), 2, "{completed:?}");
+    assert_eq!(completed[0].payload["asked"], true);
+    assert_eq!(completed[1].payload["asked"], false);
+    assert_eq!(completed[1].payload["exit_code"], 0);
+    // The question reached the manager, one delegation deeper.
+    let asked = events_of(&stores, EventType::ContributionRequested).await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].payload["target"], "cto");
+    // The branch on the remote carries the answer.
+    let greeting = git(
+        &root,
+        &[
+            "--git-dir",
+            remote.to_str().unwrap_or_default(),
+            "show",
+            "feature/greeting:greeting.txt",
+        ],
+    );
+    assert_eq!(greeting, format!("greeting = \"{ANSWER}\"\n"));
+    let author = git(
+        &root,
+        &[
+            "--git-dir",
+            remote.to_str().unwrap_or_default(),
+            "log",
+            "-1",
+            "--format=%an",
+            "feature/greeting",
+        ],
+    );
+    assert_eq!(author.trim(), "eng", "commits are the seat's own");
+    // The merge request was opened through the tracker, as the seat.
+    let mrs: Vec<_> = mcp_log(&mcp)
+        .into_iter()
+        .filter(|l| l["tool"] == "create_merge_request")
+        .collect();
+    assert_eq!(mrs.len(), 1, "{mrs:?}");
+    assert_eq!(mrs[0]["source_branch"], "feature/greeting");
+    assert_eq!(mrs[0]["identity"], "eng-bot");
+    // The turn's box is gone.
+    let left: Vec<_> = std::fs::read_dir(root.join("boxes"))
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "boxes left: {left:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The local sandbox works here (bubblewrap and cgroups); a failure under CI.
+async fn sandbox_available() -> bool {
+    let probe = std::env::temp_dir().join(format!("crewlet-sandbox-probe-{}", std::process::id()));
+    let ok = match crewlet_sandbox::local::LocalSandbox::new(
+        crewlet_sandbox::local::LocalOptions::new(&probe),
+    )
+    .await
+    {
+        Ok(sb) if sb.enforces_limits() => Ok(()),
+        Ok(_) => Err("no writable cgroup v1 controllers".to_owned()),
+        Err(e) => Err(e.to_string()),
+    };
+    let _ = std::fs::remove_dir_all(&probe);
+    match ok {
+        Ok(()) => true,
+        Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but the local sandbox is unavailable: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
