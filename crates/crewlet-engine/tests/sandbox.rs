@@ -322,3 +322,177 @@ async fn sandbox_available() -> bool {
         }
     }
 }
+
+/// A coding agent that logs each start and waits for the test's go.
+const WAITING_AGENT: &str = r#"#!/bin/sh
+echo started >> /gate/runs.log
+while [ ! -f /gate/go ]; do sleep 0.05; done
+echo "finished after the restart" > /home/user/.crewlet/findings.md
+"#;
+
+fn restart_company(llm: &str, root: &Path, gate: &Path) -> Company {
+    let yaml = format!(
+        r#"name: Restart Co
+providers:
+  llm:
+    fake: {{type: openai-compatible, model: fake-model, base_url: "{llm}"}}
+  sandbox:
+    type: local
+    default_coding_agent: command
+    command: ["/gate/agent"]
+    poll_seconds: 0.05
+    local:
+      containment: bubblewrap
+      state_dir: "{boxes}"
+      network: none
+      mounts: ["{gate}:/gate:rw"]
+roles:
+  - name: Engineer
+    handle: eng
+    sandbox: {{enabled: true}}
+"#,
+        boxes = root.join("boxes").display(),
+        gate = gate.display(),
+    );
+    Company::from_yaml("restart", &yaml).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_engine_picks_up_the_running_coding_agent_instead_of_starting_another() {
+    if !sandbox_available().await {
+        return;
+    }
+    let root = std::env::temp_dir().join(format!(
+        "crewlet-sandbox-restart-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let gate = root.join("gate");
+    std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
+    let agent = gate.join("agent");
+    std::fs::write(&agent, WAITING_AGENT).unwrap_or_else(|e| panic!("{e}"));
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plan = json!({"decision": "plan", "reasoning": "code", "steps": [{"intent": "code", "tools": ["run_sandbox"]}],
+                      "tools_needed": ["run_sandbox"], "success_criteria": ["done"]});
+    let script = Script::new()
+        .on(
+            When::tool_offered("submit_review"),
+            Reply::tool_call("submit_review", json!({"decision": "done", "notes": "ok", "completed_work": "x", "final_artifact": "Reported."})),
+        )
+        .on(When::tool_offered("submit_plan"), Reply::tool_call("submit_plan", plan))
+        .on(When::tool_result_contains("finished after the restart"), Reply::text("Reported."))
+        .on(
+            When::tool_offered("run_sandbox").and_after_tool_result(false),
+            Reply::tool_call("run_sandbox", json!({"brief": "Do the long job."})),
+        )
+        .on(When::any(), Reply::text("?"));
+    let llm = FakeLlmServer::start(script)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let company = restart_company(&llm.openai_base_url(), &root, &gate);
+    let backends = Backends::memory();
+    let options = || EngineOptions {
+        start_mcp: false,
+        maintenance_interval: None,
+        stream_progress: false,
+        env: Arc::new(|name: &str| {
+            (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
+        }),
+        ..EngineOptions::default()
+    };
+    let org = company.organization();
+    let seat = org.seat("eng").unwrap_or_else(|| panic!("no seat"));
+    let trigger = crewlet_core::payload::TaskRequest::new("eng", "test", "do the long job")
+        .to_event(
+            crewlet_core::payload::TaskSeat {
+                agent_id: seat.agent_id,
+                name: &seat.name,
+                handle: &seat.handle,
+            },
+            "task-sandbox-restart",
+            "test",
+            crewlet_core::TraceContext::new_root(),
+        );
+    let inbox = crewlet_queue::topics::agent_inbox("eng");
+
+    // The first engine starts the coding agent and stops while it works.
+    let first = EngineBuilder::new(company.clone(), &backends)
+        .options(options())
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = backends.queue.publish(&inbox.topic, &trigger).await;
+    wait_for("the coding agent to start", WAIT, || async {
+        std::fs::read_to_string(gate.join("runs.log"))
+            .ok()
+            .filter(|l| !l.is_empty())
+            .map(|_| ())
+    })
+    .await;
+    wait_for("the run to be recorded", WAIT, || async {
+        (!events_of(&backends.stores, EventType::SandboxRunStarted)
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    first.shutdown().await;
+    assert!(
+        events_of(&backends.stores, EventType::TaskCompleted)
+            .await
+            .is_empty(),
+        "finished before the restart"
+    );
+
+    // A new engine gets the trigger again (the broker's redelivery), walks
+    // the journal to the same call, and waits for the same run.
+    let second = EngineBuilder::new(company, &backends)
+        .options(options())
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = backends.queue.publish(&inbox.topic, &trigger).await;
+    std::fs::write(gate.join("go"), "").unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the task to complete after the restart", WAIT, || async {
+        (!events_of(&backends.stores, EventType::TaskCompleted)
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    second.shutdown().await;
+
+    let runs = std::fs::read_to_string(gate.join("runs.log")).unwrap_or_default();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "the coding agent was started again: {runs:?}"
+    );
+    assert_eq!(
+        events_of(&backends.stores, EventType::SandboxRunStarted)
+            .await
+            .len(),
+        1
+    );
+    let completed = events_of(&backends.stores, EventType::SandboxRunCompleted).await;
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert!(
+        completed[0].payload["findings"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("finished after the restart")
+    );
+    assert_eq!(
+        events_of(&backends.stores, EventType::TaskCompleted)
+            .await
+            .len(),
+        1
+    );
+    let resumed = events_of(&backends.stores, EventType::TurnResumed).await;
+    assert!(
+        !resumed.is_empty(),
+        "the second engine did not resume the turn from its journal"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
