@@ -230,6 +230,12 @@ fn a_captured_token_logs_the_provider_in() {
     assert!(line_of(&text(&o), "sub ").contains("token"), "{}", text(&o));
     let o = f.crewlet(&["doctor", "sub"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // logging out removes the captured token, and nothing else feeds one
+    let o = f.crewlet(&["logout", "sub"]);
+    let out = text(&o);
+    assert!(out.contains("removed crewlet-token"), "{out}");
+    assert!(!out.contains("still reaches"), "{out}");
+    assert!(line_of(&text(&f.crewlet(&["list"])), "sub ").contains("none"));
 }
 
 #[test]
