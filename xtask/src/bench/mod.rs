@@ -67,6 +67,8 @@ benches! {
     Tokens => tokens,
     /// Budgets: 1,000 concurrent reserve-then-settle calls against one capped budget (memory, PostgreSQL): overspend (must be 0), calls served, calls/s, p50/p99.
     Budgets => budgets,
+    /// Sub-agents: p50/p99 wall time of a turn that delegates to one sub-agent and to a batch of three, beside a plain turn (in-process model).
+    Subagent => subagent,
     /// Provider quotas: 100 seats against a fake provider capped at 60 requests per minute (429 + Retry-After), memory and PostgreSQL limiters: 429s seen (target 0), achieved rate (target within 5% of the cap).
     Quotas => quotas,
     /// Live edit: PUT /config/roles/{handle} on the standalone API to `config_revision_applied` from the engine, on Pulsar + PostgreSQL: p50/p99 (target < 2 s).
