@@ -449,3 +449,54 @@ async fn a_login_refreshed_during_a_call_is_written_back_and_a_logout_stays() ->
     assert!(!shared.exists());
     Ok(())
 }
+
+/// The codex profile, unchanged but for the binary: the same provider code
+/// reads its JSONL events and relocates its home through `CODEX_HOME`.
+#[tokio::test]
+async fn the_codex_profile_runs_from_its_data_alone() -> Result<(), LlmError> {
+    let state = State::new(false);
+    let creds = state.path().join("credentials/.codex");
+    std::fs::create_dir_all(&creds).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(creds.join("auth.json"), b"{}").unwrap_or_else(|e| panic!("{e}"));
+    let block = json!({
+        "agent": "codex",
+        "state_dir": state.path().display().to_string(),
+        "env": {"FAKE_CLI_FORMAT": "codex", "FAKE_CLI_ANSWER": "from codex"},
+        "overrides": {"binary": fake().display().to_string()},
+    });
+    let settings = CliAgentSettings::from_cli_block("codex-sub", "o3", &block, &[], &|_| None)
+        .unwrap_or_else(|e| panic!("settings: {e}"));
+    let p = CliAgentProvider::new(settings).unwrap_or_else(|e| panic!("provider: {e}"));
+    let c = p.complete(&ask("hi")).await?;
+    assert_eq!(c.content, "from codex");
+    assert_eq!(
+        (
+            c.usage.input_tokens,
+            c.usage.output_tokens,
+            c.usage.cache_read_tokens
+        ),
+        (42, 7, 5)
+    );
+
+    let mut block = block;
+    block["env"]["FAKE_CLI_MODE"] = json!("env");
+    let settings = CliAgentSettings::from_cli_block("codex-sub", "o3", &block, &[], &|_| None)
+        .unwrap_or_else(|e| panic!("settings: {e}"));
+    let p = CliAgentProvider::new(settings).unwrap_or_else(|e| panic!("provider: {e}"));
+    let env = env_answer(&with_seat("cto", p.complete(&ask("hi"))).await?.content);
+    let home = state.path().join("seats/cto/home").display().to_string();
+    assert_eq!(env.get("CODEX_HOME"), Some(&format!("{home}/.codex")));
+    let argv = env.get("argv").cloned().unwrap_or_default();
+    assert!(
+        argv.starts_with("exec --json --skip-git-repo-check --sandbox read-only -"),
+        "{argv}"
+    );
+    assert!(argv.ends_with("--model o3"), "{argv}");
+
+    // logged out: codex says so on stderr, still an auth error
+    std::fs::remove_file(creds.join("auth.json")).unwrap_or_else(|e| panic!("{e}"));
+    let (class, err) = cli_error(p.complete(&ask("hi")).await);
+    assert!(matches!(err, CliAgentError::LoggedOut { .. }), "{err}");
+    assert_eq!(class, ErrorClass::Auth);
+    Ok(())
+}

@@ -11,6 +11,9 @@
 //!   `limit` (a usage-limit notice on a clean exit), `crash` (exit 3),
 //!   `empty` (prints nothing);
 //! - `FAKE_CLI_ANSWER`: the answer of `answer` mode;
+//! - `FAKE_CLI_FORMAT=codex`: prints like `codex exec --json` instead (JSONL
+//!   events: the answer in an `item.completed` agent message, usage in
+//!   `turn.completed`), and its login is `$CODEX_HOME/auth.json`;
 //! - `FAKE_CLI_REFRESH`: rewrites its credentials file with this content,
 //!   as a CLI does when it refreshes an OAuth token mid-run;
 //! - `FAKE_CLI_FORBID`: comma-separated variable names; if any is in its
@@ -112,8 +115,41 @@ fn hang() -> ! {
     sleep_forever();
 }
 
+fn codex() -> bool {
+    var("FAKE_CLI_FORMAT").as_deref() == Some("codex")
+}
+
 fn logged_in() -> bool {
+    if codex() {
+        let dir = var("CODEX_HOME").map_or_else(|| PathBuf::from(".codex"), PathBuf::from);
+        return dir.join("auth.json").is_file();
+    }
     var("CLAUDE_CODE_OAUTH_TOKEN").is_some() || config_dir().join(".credentials.json").is_file()
+}
+
+/// `codex exec --json` output: a few events, one JSON object a line.
+fn codex_events(text: &str) -> String {
+    let usage = var("FAKE_CLI_USAGE").unwrap_or_else(|| "42,7,5".into());
+    let n: Vec<u64> = usage
+        .split(',')
+        .map(|p| p.trim().parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| n.get(i).copied().unwrap_or(0);
+    [
+        "{\"type\":\"thread.started\",\"thread_id\":\"fake\"}".to_owned(),
+        "{\"type\":\"turn.started\"}".to_owned(),
+        format!(
+            "{{\"type\":\"item.completed\",\"item\":{{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":{}}}}}",
+            json_string(text)
+        ),
+        format!(
+            "{{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":{},\"cached_input_tokens\":{},\"output_tokens\":{}}}}}",
+            at(0),
+            at(2),
+            at(1)
+        ),
+    ]
+    .join("\n")
 }
 
 /// The concurrency probe: see the module docs.
@@ -215,7 +251,11 @@ fn main() -> ExitCode {
     let _ = std::io::stdin().read_to_string(&mut prompt);
 
     if !logged_in() {
-        println!("{}", result_doc("Not logged in · Please run /login", true));
+        if codex() {
+            eprintln!("Not logged in. Run `codex login`.");
+        } else {
+            println!("{}", result_doc("Not logged in · Please run /login", true));
+        }
         return ExitCode::from(1);
     }
     if let Some(content) = var("FAKE_CLI_REFRESH") {
@@ -268,6 +308,11 @@ fn main() -> ExitCode {
         _ => var("FAKE_CLI_ANSWER").unwrap_or_else(|| "fake answer".into()),
     };
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", result_doc(&answer, false));
+    let printed = if codex() {
+        codex_events(&answer)
+    } else {
+        result_doc(&answer, false)
+    };
+    let _ = writeln!(out, "{printed}");
     ExitCode::SUCCESS
 }
