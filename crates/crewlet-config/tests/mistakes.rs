@@ -846,6 +846,8 @@ providers:
     main: {type: openai, model: m, api_keys: [k]}
   sandbox:
     type: local
+    template: t
+    local: {containment: bubblewrap}
 turn_engine:
   max_iterations: 2
   extension_enabled: true
@@ -860,28 +862,36 @@ roles:
   - name: A
     sandbox:
       enabled: true
+      mcp: {servers: [x]}
 ";
-    let sandbox = "has no effect yet: the code sandbox is not built yet";
     assert_warnings(
         text,
         &[
-            (7, "providers.sandbox", sandbox),
             (
-                11,
+                9,
+                "providers.sandbox.template",
+                "has no effect yet: the e2b backend is not built yet",
+            ),
+            (
+                13,
                 "turn_engine.extension_enabled",
                 "has no effect yet: round extensions are not built yet",
             ),
             (
-                16,
+                18,
                 "learning.skill_synthesis.scheduler_enabled",
                 "has no effect yet: skill synthesis from clusters of episodes on a timer is not built yet",
             ),
             (
-                17,
+                19,
                 "learning.skill_curator",
                 "has no effect yet: the skill curator is not built yet",
             ),
-            (21, "roles[0].sandbox", sandbox),
+            (
+                25,
+                "roles[0].sandbox.mcp",
+                "has no effect yet: MCP servers are not rendered into sandboxes yet",
+            ),
         ],
     );
     // Warnings are not errors.

@@ -9,6 +9,7 @@ mod llm;
 mod mcp;
 mod role;
 mod rules;
+mod sandbox_check;
 mod schedule;
 mod unit;
 pub(crate) mod validate;
@@ -136,7 +137,6 @@ pub struct CompanyProviders {
     pub embeddings: Option<EmbeddingsProvider>,
     /// The code-sandbox provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
     pub sandbox: Option<later::SandboxProvider>,
 }
 

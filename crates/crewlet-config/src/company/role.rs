@@ -106,7 +106,6 @@ pub struct Role {
     pub mcp_servers: Vec<String>,
     /// The seat's code sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
     pub sandbox: Option<Box<super::later::RoleSandbox>>,
     /// Which nodes of a fleet may run the seat.
     #[serde(default, skip_serializing_if = "Option::is_none")]

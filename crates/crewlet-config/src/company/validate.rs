@@ -146,6 +146,7 @@ fn meaning(company: &Company, org: &Organization) -> Vec<Finding> {
     let mut out = Vec::new();
     providers(company, &mut out);
     mcp_servers(company, &mut out);
+    super::sandbox_check::check(company, org, &mut out);
     if let Some(mm) = &company.integrations.mattermost {
         mm.check(&mut out);
     }

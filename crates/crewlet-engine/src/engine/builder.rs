@@ -257,6 +257,20 @@ impl EngineBuilder {
             Visibility::All,
         );
         crate::tools::subagents::add_spawn_tools(&tools.catalog);
+        let sandbox = crate::sandbox::SandboxService::from_company(
+            &company,
+            &org,
+            &options.env,
+            self.stores.sandbox_runs.clone(),
+            self.queue.clone(),
+        )
+        .await;
+        if let Some(sandbox) = &sandbox {
+            tools.catalog.add_builtin(
+                Arc::new(crate::sandbox::RunSandboxTool(sandbox.clone())),
+                Visibility::roles(sandbox.handles()),
+            );
+        }
         let searcher = self
             .knowledge
             .or_else(|| crate::knowledge::from_company(&company, &options.env));
@@ -336,7 +350,8 @@ impl EngineBuilder {
             )
             .with_statuses(statuses)
             .with_asks(asks)
-            .with_fleet(options.fleet.as_ref().map(|f| f.host.clone())),
+            .with_fleet(options.fleet.as_ref().map(|f| f.host.clone()))
+            .with_sandbox(sandbox),
         );
         let shared = Arc::new(Shared {
             company,
