@@ -9,9 +9,12 @@
 //! a turn.
 //!
 //! Backends: [`local::LocalSandbox`] (bubblewrap namespaces and cgroup
-//! limits on this Linux host). The conformance suite in [`testsuite`] is run
+//! limits on this Linux host) and [`e2b::E2bSandbox`] (E2B's hosted
+//! microVMs over its HTTP API; limits come from the template). The
+//! conformance suite in [`testsuite`] is run
 //! against every backend.
 
+pub mod e2b;
 mod error;
 pub mod local;
 pub mod setup;
