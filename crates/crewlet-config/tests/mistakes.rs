@@ -1170,7 +1170,7 @@ providers:
   llm:
     a: {type: cli-agent, cli: {agent: claude-code, state_dir: /s}}
     b: {type: cli-agent, cli: {agent: codex, state_dir: /s, timeout_seconds: 0}}
-    c: {type: cli-agent, cli: {agent: custom}}
+    c: {type: cli-agent, cli: {agent: custom, overrides: {binnary: x}}}
     d: {type: cli-agent, cli: {agent: claude-code, state_dir: /s, auth: {credential_bundle: x}}}
 roles:
   - name: A
@@ -1214,6 +1214,11 @@ roles:
                 6,
                 "providers.llm.c.cli.overrides",
                 "`agent: custom` ships no profile",
+            ),
+            (
+                6,
+                "providers.llm.c.cli.overrides.binnary",
+                "provider `c`: `binnary` is not a field of a CLI profile",
             ),
         ],
         &warnings,

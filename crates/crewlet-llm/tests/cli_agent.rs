@@ -500,3 +500,19 @@ async fn the_codex_profile_runs_from_its_data_alone() -> Result<(), LlmError> {
     assert_eq!(class, ErrorClass::Auth);
     Ok(())
 }
+
+/// `crewlet validate` checks `cli.overrides` keys against the company
+/// file's list of profile fields: it must be exactly `CliProfile`'s.
+#[test]
+fn the_validator_knows_every_profile_field() {
+    let profile = crewlet_llm::cli_agent::CliProfile::default();
+    let fields: Vec<String> = match serde_json::to_value(&profile) {
+        Ok(Value::Object(map)) => map.keys().cloned().collect(),
+        other => panic!("a profile is an object: {other:?}"),
+    };
+    let known: Vec<String> = crewlet_config::cli_agent::PROFILE_FIELDS
+        .iter()
+        .map(|f| (*f).to_owned())
+        .collect();
+    assert_eq!(fields, known);
+}

@@ -36,10 +36,45 @@ pub struct CliAgent {
     pub auth: CliAgentAuth,
     /// Fields of the CLI's built-in profile to replace (`binary`,
     /// `complete_args`, `text_paths`, ...; see docs/cli-agent.md); an unknown
-    /// field fails when the provider is built.
+    /// field is an error.
     #[serde(default)]
     pub overrides: serde_json::Map<String, serde_json::Value>,
 }
+
+/// The fields of a CLI profile `cli.overrides` may replace (crewlet-llm's
+/// `CliProfile`; its tests keep the two lists equal).
+pub const PROFILE_FIELDS: &[&str] = &[
+    "name",
+    "binary",
+    "verified_against",
+    "version_args",
+    "complete_args",
+    "model_args",
+    "prompt_via",
+    "output_format",
+    "jsonl_text",
+    "text_paths",
+    "input_token_paths",
+    "output_token_paths",
+    "cache_read_token_paths",
+    "error_paths",
+    "home_env",
+    "xdg",
+    "dir_env",
+    "credential_paths",
+    "volatile_paths",
+    "seed_files",
+    "env",
+    "passthrough_env",
+    "token_env",
+    "api_key_env",
+    "login_args",
+    "status_args",
+    "token_capture_args",
+    "token_capture_pattern",
+    "rate_limit_patterns",
+    "auth_error_patterns",
+];
 
 fn default_cli_timeout() -> f64 {
     300.0

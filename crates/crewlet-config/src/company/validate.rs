@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::cli_agent::{CliAgent, CliAgentKind};
+use super::cli_agent::{CliAgent, CliAgentKind, PROFILE_FIELDS};
 use super::llm::LOCAL_EMBEDDING_DIMENSIONS;
 use super::schedule::{check_cron, check_timezone};
 use super::{
@@ -298,6 +298,17 @@ fn cli_agent(name: &str, cli: &CliAgent, at: &YamlPath, out: &mut Vec<Finding>) 
             at.key("timeout_seconds"),
             format!("provider `{name}`: `cli.timeout_seconds` must be above 0"),
         ));
+    }
+    for key in cli.overrides.keys() {
+        if !PROFILE_FIELDS.contains(&key.as_str()) {
+            out.push(Finding::new(
+                at.key("overrides").key(key),
+                format!(
+                    "provider `{name}`: `{key}` is not a field of a CLI profile (fields: {})",
+                    PROFILE_FIELDS.join(", ")
+                ),
+            ));
+        }
     }
     if cli.agent == CliAgentKind::Custom && !cli.overrides.contains_key("binary") {
         out.push(Finding::new(
