@@ -30,6 +30,17 @@ pub struct Envd {
     pub token: Option<String>,
 }
 
+/// How a process run to its end went.
+#[derive(Debug)]
+pub enum Outcome {
+    Done(Finished),
+    /// Past its timeout: the stream was dropped and the process sent
+    /// SIGKILL (when its pid was known).
+    TimedOut {
+        pid: Option<u32>,
+    },
+}
+
 /// How a process ended, as envd reports it.
 #[derive(Debug, Default)]
 pub struct Finished {
@@ -171,14 +182,14 @@ impl Envd {
     }
 
     /// Runs a process to its end; past `timeout` the stream is dropped, the
-    /// process killed and `Ok(None)` returned.
+    /// process killed and [`Outcome::TimedOut`] returned.
     pub async fn run(
         &self,
         argv: &[String],
         env: &BTreeMap<String, String>,
         cwd: &str,
         timeout: Duration,
-    ) -> Result<Option<Finished>> {
+    ) -> Result<Outcome> {
         let Some((cmd, args)) = argv.split_first() else {
             return Err(SandboxError::Invalid("empty command line".into()));
         };
@@ -229,13 +240,13 @@ impl Envd {
             }
         };
         match tokio::time::timeout(timeout, stream).await {
-            Ok(Ok(())) => Ok(Some(done)),
+            Ok(Ok(())) => Ok(Outcome::Done(done)),
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 if let Some(pid) = done.pid {
                     self.kill(pid).await;
                 }
-                Ok(None)
+                Ok(Outcome::TimedOut { pid: done.pid })
             }
         }
     }

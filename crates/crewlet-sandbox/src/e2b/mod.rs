@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use self::api::Api;
-use self::envd::{ENVD_PORT, Envd};
+use self::envd::{ENVD_PORT, Envd, Outcome};
 use crate::{
     BoxId, BoxSpec, Exec, ExecOutput, HOME, Result, RunId, RunOutput, RunState, Sandbox,
     SandboxError, WORKSPACE, capped,
@@ -100,6 +100,9 @@ const LAUNCH: &str = r#"w=$1; shift; mkdir -p "$1" || exit 1; nohup /bin/sh -c "
 /// exit code into the run's directory, the exit code written last.
 const RUN_WRAPPER: &str = r#"d=$1; shift; mkdir -p "$d"; "$@" > "$d/stdout" 2> "$d/stderr" < /dev/null; echo $? > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit""#;
 
+/// SIGKILL to the process group led by `$1`, if there is one.
+const GROUP_KILL: &str = r#"kill -KILL -- "-$1" 2> /dev/null; true"#;
+
 /// Where a run stands, told by the box: `exit <code>`, `running`, `lost`
 /// or `none` (no such run).
 const PROBE: &str = r#"d=$1; if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; elif [ ! -f "$d/pid" ]; then echo none; elif kill -0 "$(cat "$d/pid")" 2> /dev/null; then echo running; elif [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; else echo lost; fi"#;
@@ -173,11 +176,12 @@ impl E2bSandbox {
         let mut argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
         argv.push("crewlet".to_owned());
         argv.extend(args.iter().map(|a| (*a).to_owned()));
-        let done = envd
-            .run(&argv, &BTreeMap::new(), HOME, SHORT)
-            .await?
-            .ok_or_else(|| SandboxError::Api("a short command of the backend timed out".into()))?;
-        Ok(String::from_utf8_lossy(&done.stdout).into_owned())
+        match envd.run(&argv, &BTreeMap::new(), HOME, SHORT).await? {
+            Outcome::Done(done) => Ok(String::from_utf8_lossy(&done.stdout).into_owned()),
+            Outcome::TimedOut { .. } => Err(SandboxError::Api(
+                "a short command of the backend timed out".into(),
+            )),
+        }
     }
 }
 
@@ -306,17 +310,26 @@ impl Sandbox for E2bSandbox {
         env.extend(cmd.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let cwd = cmd.cwd.clone().unwrap_or_else(|| WORKSPACE.to_owned());
         match envd.run(&cmd.argv, &env, &cwd, cmd.timeout).await? {
-            Some(done) => Ok(ExecOutput {
+            Outcome::Done(done) => Ok(ExecOutput {
                 exit_code: done.exit_code,
                 stdout: capped(&done.stdout),
                 stderr: capped(&done.stderr),
                 timed_out: false,
                 oom_killed: false,
             }),
-            None => Ok(ExecOutput {
-                timed_out: true,
-                ..ExecOutput::default()
-            }),
+            Outcome::TimedOut { pid } => {
+                // SendSignal reaches the process itself; what it started
+                // goes with its group, when it leads one (best effort).
+                if let Some(pid) = pid
+                    && let Err(e) = self.short(&envd, GROUP_KILL, &[&pid.to_string()]).await
+                {
+                    tracing::debug!(sandbox = %id, error = %e, "killing a timed-out group failed");
+                }
+                Ok(ExecOutput {
+                    timed_out: true,
+                    ..ExecOutput::default()
+                })
+            }
         }
     }
 
@@ -338,10 +351,9 @@ impl Sandbox for E2bSandbox {
         let mut env = known.env.clone();
         env.extend(cmd.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let cwd = cmd.cwd.clone().unwrap_or_else(|| WORKSPACE.to_owned());
-        let done = envd
-            .run(&argv, &env, &cwd, SHORT)
-            .await?
-            .ok_or_else(|| SandboxError::Api("starting the run timed out".into()))?;
+        let Outcome::Done(done) = envd.run(&argv, &env, &cwd, SHORT).await? else {
+            return Err(SandboxError::Api("starting the run timed out".into()));
+        };
         if done.exit_code != Some(0) {
             return Err(SandboxError::Api(format!(
                 "starting the run failed ({:?}): {}",
@@ -355,10 +367,10 @@ impl Sandbox for E2bSandbox {
     async fn poll(&self, id: &BoxId, run: &RunId) -> Result<RunState> {
         let (envd, _) = self.box_envd(id).await?;
         let dir = run_dir(&run.0).map_err(|_| no_run(id, run))?;
-        if let Some(code) = envd.read(&format!("{dir}/exit")).await? {
-            if let Ok(code) = String::from_utf8_lossy(&code).trim().parse() {
-                return Ok(RunState::Exited { code });
-            }
+        if let Some(code) = envd.read(&format!("{dir}/exit")).await?
+            && let Ok(code) = String::from_utf8_lossy(&code).trim().parse()
+        {
+            return Ok(RunState::Exited { code });
         }
         let said = self.short(&envd, PROBE, &[&dir]).await?;
         let said = said.trim();
