@@ -183,3 +183,66 @@ async fn another_client_picks_a_box_up_by_its_id() {
     assert_eq!(out.stdout, "kept from-box\n");
     sb.kill(&id).await.unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[tokio::test]
+async fn an_error_in_the_end_of_stream_frame_is_an_api_error() {
+    let Some(sb) = on_fake().await else { return };
+    let id = sb
+        .create(&crewlet_sandbox::testsuite::spec())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = sb
+        .exec(&id, &Exec::new(["true"]).cwd("/home/user/not-there"))
+        .await;
+    match out {
+        Err(SandboxError::Api(m)) => {
+            assert!(
+                m.contains("invalid_argument") && m.contains("not-there"),
+                "{m}"
+            );
+        }
+        other => panic!("exec in a missing cwd: {other:?}"),
+    }
+    // The box goes on working.
+    let ok = sb
+        .exec(&id, &Exec::shell("echo fine"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ok.stdout, "fine\n");
+    sb.kill(&id).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test]
+async fn a_timed_out_command_leaves_nothing_running() {
+    let Some(sb) = on_fake().await else { return };
+    let id = sb
+        .create(&crewlet_sandbox::testsuite::spec())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cmd = Exec::shell("(sleep 60; touch late) & echo $! > child; wait")
+        .timeout(Duration::from_millis(500));
+    let out = sb.exec(&id, &cmd).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.timed_out, "{out:?}");
+    let child = sb
+        .read_file(&id, "child")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let child = String::from_utf8_lossy(&child).trim().to_owned();
+    assert!(child.parse::<u32>().is_ok(), "child pid {child:?}");
+    // Killed processes may stay zombies until this host's init reaps them,
+    // so liveness is the process state, polled until it settles.
+    let probe = Exec::shell(format!(
+        "s=$(awk '{{print $3}}' /proc/{child}/stat 2>/dev/null); if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo alive; else echo gone; fi"
+    ));
+    let mut alive = true;
+    for _ in 0..250 {
+        let said = sb.exec(&id, &probe).await.unwrap_or_else(|e| panic!("{e}"));
+        if said.stdout.trim() == "gone" {
+            alive = false;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive, "the timed-out command's child {child} still runs");
+    sb.kill(&id).await.unwrap_or_else(|e| panic!("{e}"));
+}

@@ -329,6 +329,22 @@ fn envd_box(f: &Fake, headers: &HeaderMap) -> Result<(String, PathBuf), Reply> {
     Ok((id.to_owned(), b.home.clone()))
 }
 
+/// envd runs processes as the user named by basic auth (`user:`).
+fn as_user(headers: &HeaderMap) -> Result<(), Reply> {
+    let user = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| B64.decode(b).ok());
+    match user.as_deref() {
+        Some(b"user:") => Ok(()),
+        _ => Err(error(
+            StatusCode::UNAUTHORIZED,
+            "expected basic auth as `user`",
+        )),
+    }
+}
+
 /// `/home/user/...` (or relative to it) on the host.
 fn host_path(home: &Path, path: &str) -> Option<PathBuf> {
     let rel = match path.strip_prefix("/home/user/") {
@@ -351,6 +367,9 @@ async fn read_file(
         Ok(b) => b,
         Err(r) => return r,
     };
+    if q.get("username").map(String::as_str) != Some("user") {
+        return error(StatusCode::UNAUTHORIZED, "expected username=user");
+    }
     let path = q.get("path").cloned().unwrap_or_default();
     let Some(host) = host_path(&home, &path) else {
         return error(StatusCode::BAD_REQUEST, "path outside the fake's home");
@@ -374,6 +393,9 @@ async fn write_file(
         Ok(b) => b,
         Err(r) => return r,
     };
+    if q.get("username").map(String::as_str) != Some("user") {
+        return error(StatusCode::UNAUTHORIZED, "expected username=user");
+    }
     let path = q.get("path").cloned().unwrap_or_default();
     let Some(host) = host_path(&home, &path) else {
         return error(StatusCode::BAD_REQUEST, "path outside the fake's home");
@@ -425,7 +447,22 @@ async fn start(State(f): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) -> R
         Ok(b) => b,
         Err(r) => return r,
     };
-    if body.len() < 5 || body[0] != 0 {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if content_type != Some("application/connect+json") {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "expected application/connect+json",
+        );
+    }
+    if let Err(r) = as_user(&headers) {
+        return r;
+    }
+    let len = body
+        .get(1..5)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    if body.first() != Some(&0) || len != Some(body.len().saturating_sub(5)) {
         return error(StatusCode::BAD_REQUEST, "expected one uncompressed frame");
     }
     let Ok(req) = serde_json::from_slice::<Value>(&body[5..]) else {
@@ -439,6 +476,19 @@ async fn start(State(f): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) -> R
     let envs: BTreeMap<String, String> =
         serde_json::from_value(p["envs"].clone()).unwrap_or_default();
     let cwd = p["cwd"].as_str().unwrap_or("/home/user").to_owned();
+    // envd refuses a working directory that is not there with a Connect
+    // error, which in a stream is the end-of-stream frame's.
+    let cwd_ok = host_path(&home, &cwd)
+        .or_else(|| (cwd == "/home/user").then(|| home.clone()))
+        .is_some_and(|p| p.is_dir());
+    if !cwd_ok {
+        let end = json!({"error": {"code": "invalid_argument", "message": format!("cwd '{cwd}' does not exist")}});
+        return (
+            [(header::CONTENT_TYPE, "application/connect+json")],
+            Body::from(frame(2, &end)),
+        )
+            .into_response();
+    }
     let box_env = f
         .boxes
         .lock()
@@ -512,6 +562,9 @@ async fn send_signal(State(f): State<Arc<Fake>>, headers: HeaderMap, body: Bytes
         Ok(b) => b,
         Err(r) => return r,
     };
+    if let Err(r) = as_user(&headers) {
+        return r;
+    }
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "bad json");
     };
