@@ -14,6 +14,9 @@ use crate::{Result, SandboxError};
 pub const LABEL_KEY: &str = "crewlet";
 pub const LABEL_VALUE: &str = "1";
 
+/// Longest wait for one plain (not streaming) request, files included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// A sandbox as the control plane describes it (the fields we use).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -73,6 +76,7 @@ impl Api {
             req = req.json(&body);
         }
         let resp = req
+            .timeout(REQUEST_TIMEOUT)
             .send()
             .await
             .map_err(|e| SandboxError::Api(scrub(&format!("{what}: {e}"), &self.key)))?;

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use super::api::{api_error, scrub};
+use super::api::{REQUEST_TIMEOUT, api_error, scrub};
 use super::connect::{self, Decoder, Frame};
 use crate::{Result, SandboxError};
 
@@ -139,6 +139,7 @@ impl Envd {
         let resp = self
             .request(reqwest::Method::GET, "/files")
             .query(&[("path", path), ("username", USER)])
+            .timeout(REQUEST_TIMEOUT)
             .send()
             .await
             .map_err(|e| self.send_error("GET /files", e))?;
@@ -174,6 +175,7 @@ impl Envd {
                 format!("multipart/form-data; boundary={boundary}"),
             )
             .body(body)
+            .timeout(REQUEST_TIMEOUT)
             .send()
             .await
             .map_err(|e| self.send_error("POST /files", e))?;
@@ -260,6 +262,7 @@ impl Envd {
             .header("Connect-Protocol-Version", "1")
             .header("Authorization", user_auth())
             .json(&body)
+            .timeout(Duration::from_secs(30))
             .send()
             .await;
         if let Err(e) = sent {
