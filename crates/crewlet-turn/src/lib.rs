@@ -95,7 +95,8 @@ pub use subagent::{
     SubagentSettings,
 };
 pub use tool::{
-    Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput, slim_tool_spec, tool_spec,
+    Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput, current_call_id, slim_tool_spec,
+    tool_spec, with_call_id,
 };
 pub use tool_loop::{
     ACTIVATE_TOOL, LIST_MCP_SERVER_TOOLS, LoopEnd, LoopEnv, LoopNotice, LoopOutcome, LoopRequest,

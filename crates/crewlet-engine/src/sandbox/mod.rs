@@ -14,6 +14,7 @@
 //! its checkout; the boxes of a turn are removed when the turn ends.
 
 mod agent;
+mod llm_env;
 mod tool;
 
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +48,8 @@ struct SeatSandbox {
     role: RoleSandbox,
     manager: Option<String>,
     name: String,
+    /// The coding agent's model credentials, or why it cannot run.
+    llm: Result<BTreeMap<String, String>, String>,
 }
 
 /// The engine's sandbox: the backend, the runs, each seat's settings.
@@ -82,6 +85,12 @@ impl SandboxService {
                     CodingAgentChoice::Opencode => CodingAgent::Opencode,
                     CodingAgentChoice::Command => CodingAgent::Command,
                 };
+                let declared: BTreeMap<String, String> = role
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let llm = llm_env::derive(company, &s.role, agent, &declared, env);
                 Some((
                     s.handle.clone(),
                     SeatSandbox {
@@ -89,6 +98,7 @@ impl SandboxService {
                         role,
                         manager: s.manager.clone(),
                         name: s.name.clone(),
+                        llm,
                     },
                 ))
             })
@@ -159,7 +169,8 @@ impl SandboxService {
         if !empty.is_empty() {
             warn!(agent = handle, keys = ?empty, "sandbox_env_unresolved: these sandbox variables resolved empty");
         }
-        let mut env = BTreeMap::new();
+        // Later wins: the model credentials, identity, then the role's own.
+        let mut env = seat.llm.clone().unwrap_or_default();
         env.insert("PATH".to_owned(), agent::PATH.to_owned());
         env.insert("CREWLET_AGENT_HANDLE".to_owned(), handle.to_owned());
         env.insert("CREWLET_AGENT_NAME".to_owned(), seat.name.clone());
@@ -271,6 +282,9 @@ impl SandboxService {
             .seats
             .get(handle)
             .ok_or("this seat has no code sandbox")?;
+        if let Err(why) = &seat.llm {
+            return Err(why.clone());
+        }
         let earlier = self
             .runs
             .with_status(
@@ -451,7 +465,10 @@ impl SandboxService {
             .await
             .unwrap_or_default();
         let findings = self.read_text(&id, agent::FINDINGS).await;
-        let question = match self.read_text(&id, "/home/user/.crewlet/ask/question").await {
+        let question = match self
+            .read_text(&id, "/home/user/.crewlet/ask/question")
+            .await
+        {
             Some(q) if !q.trim().is_empty() => {
                 let to = self
                     .read_text(&id, "/home/user/.crewlet/ask/to")

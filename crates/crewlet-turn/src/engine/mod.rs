@@ -343,10 +343,18 @@ impl TurnEngine {
         let fenced = failure
             .as_ref()
             .is_some_and(|f| f.reason == FailureReason::Fenced);
+        let suspended = failure
+            .as_ref()
+            .is_some_and(|f| matches!(f.reason, FailureReason::Suspended { .. }));
         if fenced {
             // Not ended: the seat's new holder goes on with it.
             tracing::warn!(agent_id = %t.seat.agent_id, task_id = %t.trigger.task_id,
                 "the seat moved to another node mid-turn; this node stops the turn and the new holder resumes it");
+        } else if suspended {
+            // Not ended either: it goes on from its journal when the work
+            // that suspended it is done.
+            tracing::info!(agent_id = %t.seat.agent_id, task_id = %t.trigger.task_id,
+                "the turn is suspended until the work it started outside is done");
         } else {
             self.report_turn_completed(&t, decision, state.iterations, &models, usage, duration)
                 .await;
