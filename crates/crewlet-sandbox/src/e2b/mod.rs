@@ -171,13 +171,25 @@ impl E2bSandbox {
         Ok((self.envd(id, k.token.clone()), k))
     }
 
-    /// Runs a short command of our own; its stdout.
+    /// Runs a short command of our own; its stdout, or an error when it
+    /// fails.
     async fn short(&self, envd: &Envd, script: &str, args: &[&str]) -> Result<String> {
         let mut argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
         argv.push("crewlet".to_owned());
         argv.extend(args.iter().map(|a| (*a).to_owned()));
         match envd.run(&argv, &BTreeMap::new(), HOME, SHORT).await? {
-            Outcome::Done(done) => Ok(String::from_utf8_lossy(&done.stdout).into_owned()),
+            Outcome::Done(done) if done.exit_code == Some(0) => {
+                Ok(String::from_utf8_lossy(&done.stdout).into_owned())
+            }
+            Outcome::Done(done) => Err(SandboxError::Api(format!(
+                "a short command of the backend failed ({:?}): {}",
+                done.exit_code,
+                capped(&done.stderr)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+                    .trim()
+            ))),
             Outcome::TimedOut { .. } => Err(SandboxError::Api(
                 "a short command of the backend timed out".into(),
             )),
@@ -185,7 +197,7 @@ impl E2bSandbox {
     }
 }
 
-/// Ids are E2B's: letters and digits. Anything else is not ours.
+/// Ids are E2B's: letters, digits, `-` and `_`. Anything else is not ours.
 fn check_id(id: &BoxId) -> Result<()> {
     let ok = !id.0.is_empty()
         && id.0.len() <= 128
@@ -258,17 +270,15 @@ impl Sandbox for E2bSandbox {
             .await?;
         let id = BoxId(info.sandbox_id);
         check_id(&id)?;
+        let token = info.envd_access_token;
         let known = Known {
-            token: info.envd_access_token,
+            token: token.clone(),
             env: spec.env.clone(),
             ttl: FIRST_TTL,
         };
         self.boxes.lock().insert(id.clone(), known);
         // The workspace commands start in.
-        let envd = self.envd(
-            &id,
-            self.boxes.lock().get(&id).and_then(|k| k.token.clone()),
-        );
+        let envd = self.envd(&id, token);
         if let Err(e) = self
             .short(
                 &envd,
