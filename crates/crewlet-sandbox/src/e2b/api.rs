@@ -26,6 +26,9 @@ pub struct SandboxInfo {
     /// Token envd wants in `X-Access-Token` (secured sandboxes only).
     #[serde(default)]
     pub envd_access_token: Option<String>,
+    /// The domain the sandbox is reached on, when not the client's.
+    #[serde(default)]
+    pub domain: Option<String>,
 }
 
 #[derive(Serialize)]

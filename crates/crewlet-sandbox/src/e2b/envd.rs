@@ -213,6 +213,9 @@ impl Envd {
                 .header("Content-Type", "application/connect+json")
                 .header("Connect-Protocol-Version", "1")
                 .header("Authorization", user_auth())
+                // envd sends keepalive events this often (seconds), so an
+                // idle command does not look like a dead connection.
+                .header("Keepalive-Ping-Interval", "50")
                 .body(connect::envelope(0, &json))
                 .send()
                 .await

@@ -79,6 +79,8 @@ const SHORT: Duration = Duration::from_secs(60);
 /// credentials, so memory only) and its last timeout.
 #[derive(Clone)]
 struct Known {
+    /// The sandbox's own domain, when E2B names one.
+    domain: Option<String>,
     token: Option<String>,
     env: BTreeMap<String, String>,
     ttl: Duration,
@@ -136,16 +138,19 @@ impl E2bSandbox {
         })
     }
 
-    fn envd(&self, id: &BoxId, token: Option<String>) -> Envd {
+    fn envd(&self, id: &BoxId, known: &Known) -> Envd {
         let base = match &self.opts.envd_url_override {
             Some(url) => url.trim_end_matches('/').to_owned(),
-            None => format!("https://{ENVD_PORT}-{}.{}", id.0, self.opts.domain),
+            None => {
+                let domain = known.domain.as_deref().unwrap_or(&self.opts.domain);
+                format!("https://{ENVD_PORT}-{}.{domain}", id.0)
+            }
         };
         Envd {
             http: self.http.clone(),
             base,
             sandbox: id.0.clone(),
-            token,
+            token: known.token.clone(),
         }
     }
 
@@ -158,6 +163,7 @@ impl E2bSandbox {
         }
         let info = self.api.get(&id.0).await?;
         let k = Known {
+            domain: sandbox_domain(&info),
             token: info.envd_access_token,
             env: BTreeMap::new(),
             ttl: FIRST_TTL,
@@ -168,7 +174,7 @@ impl E2bSandbox {
 
     async fn box_envd(&self, id: &BoxId) -> Result<(Envd, Known)> {
         let k = self.known(id).await?;
-        Ok((self.envd(id, k.token.clone()), k))
+        Ok((self.envd(id, &k), k))
     }
 
     /// Runs a short command of our own; its stdout, or an error when it
@@ -195,6 +201,15 @@ impl E2bSandbox {
             )),
         }
     }
+}
+
+/// The domain E2B says a sandbox is on, when it is a plain host name.
+fn sandbox_domain(info: &api::SandboxInfo) -> Option<String> {
+    info.domain.clone().filter(|d| {
+        !d.is_empty()
+            && d.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+    })
 }
 
 /// Ids are E2B's: letters, digits, `-` and `_`. Anything else is not ours.
@@ -268,17 +283,17 @@ impl Sandbox for E2bSandbox {
             .api
             .create(&self.opts.template, FIRST_TTL, &spec.env, &spec.labels)
             .await?;
-        let id = BoxId(info.sandbox_id);
+        let id = BoxId(info.sandbox_id.clone());
         check_id(&id)?;
-        let token = info.envd_access_token;
         let known = Known {
-            token: token.clone(),
+            domain: sandbox_domain(&info),
+            token: info.envd_access_token,
             env: spec.env.clone(),
             ttl: FIRST_TTL,
         };
-        self.boxes.lock().insert(id.clone(), known);
         // The workspace commands start in.
-        let envd = self.envd(&id, token);
+        let envd = self.envd(&id, &known);
+        self.boxes.lock().insert(id.clone(), known);
         if let Err(e) = self
             .short(
                 &envd,
@@ -306,6 +321,7 @@ impl Sandbox for E2bSandbox {
         self.boxes.lock().insert(
             id.clone(),
             Known {
+                domain: sandbox_domain(&info),
                 token: info.envd_access_token,
                 env: spec.env.clone(),
                 ttl,
@@ -519,6 +535,21 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_sandbox_domain_is_used_only_when_it_is_a_host_name() {
+        let info = |d: &str| api::SandboxInfo {
+            sandbox_id: "s1".into(),
+            envd_access_token: None,
+            domain: Some(d.into()),
+        };
+        assert_eq!(
+            sandbox_domain(&info("eu.e2b.app")).as_deref(),
+            Some("eu.e2b.app")
+        );
+        assert_eq!(sandbox_domain(&info("evil.com/x?")), None);
+        assert_eq!(sandbox_domain(&info("")), None);
     }
 
     #[test]
