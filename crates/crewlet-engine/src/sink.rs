@@ -40,7 +40,9 @@ impl QueueEventSink {
 #[async_trait]
 impl EventSink for QueueEventSink {
     async fn emit(&self, event: Event) {
+        // A sub-agent runs inside Execute: the seat stays in Execute.
         if let Some(started) = AgentPhaseStarted::read(&event)
+            && started.phase != "subagent"
             && let Some(seat) = event.agent_handle().and_then(|h| self.seats.get(h))
         {
             seat.set_phase(&started.phase);
