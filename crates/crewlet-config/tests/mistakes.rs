@@ -1175,28 +1175,11 @@ providers:
 roles:
   - name: A
 ";
-    let not_started = |line, name: &str| {
-        (
-            line,
-            format!("providers.llm.{name}.type"),
-            format!("provider `{name}`: `crewlet run` does not start cli-agent providers yet"),
-        )
-    };
-    let warnings = [
-        not_started(4, "a"),
-        not_started(5, "b"),
-        not_started(6, "c"),
-        not_started(7, "d"),
-        (
-            7,
-            "providers.llm.d.cli.auth.credential_bundle".into(),
-            "credential bundles are not built".into(),
-        ),
-    ];
-    let warnings: Vec<(u32, &str, &str)> = warnings
-        .iter()
-        .map(|(l, p, m)| (*l, p.as_str(), m.as_str()))
-        .collect();
+    let warnings = [(
+        7,
+        "providers.llm.d.cli.auth.credential_bundle",
+        "credential bundles are not built",
+    )];
     assert_report(
         text,
         &[

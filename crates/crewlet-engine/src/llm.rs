@@ -50,6 +50,21 @@ pub fn build_registry(
         }
     };
     for (name, entry) in company.llm_providers().iter() {
+        if entry.kind == LlmKind::CliAgent {
+            match cli_agent_provider(name, entry, env) {
+                Ok(provider) => registry.insert(provider),
+                Err(reason) => {
+                    warn!(provider = %name, %reason, "llm provider unavailable; turns that use it fail with llm_unavailable");
+                    problems.insert(name.clone(), reason.clone());
+                    registry.insert(Arc::new(UnavailableProvider {
+                        name: name.clone(),
+                        model: entry.model.clone(),
+                        reason,
+                    }));
+                }
+            }
+            continue;
+        }
         let built = provider_config(name, entry, env).and_then(|config| match &client {
             Some(client) => build_provider(&config, client).map_err(|e| e.to_string()),
             None => Err("the http client could not be built".to_owned()),
@@ -141,6 +156,32 @@ impl BreakerObserver for CircuitEvents {
         let summary = format!("llm provider {provider} circuit closed");
         self.publish(payload.to_event(self.source), summary);
     }
+}
+
+/// A `cli-agent` entry: the coding CLI named by its `cli` block (with
+/// `${VAR}` expanded), driven as a text model. Its token, if any, is a
+/// secret from now on.
+fn cli_agent_provider(
+    name: &str,
+    entry: &LlmEntry,
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> Result<Arc<dyn LlmProvider>, String> {
+    let cli = entry
+        .cli
+        .as_ref()
+        .ok_or_else(|| format!("provider `{name}`: a cli-agent entry needs a `cli` block"))?;
+    let cli = crewlet_config::interpolate_all(cli, |v| env(v)).map_err(|e| e.to_string())?;
+    let cli = serde_json::to_value(&cli).map_err(|e| e.to_string())?;
+    let mut keys = Vec::new();
+    for (i, raw) in entry.api_keys.iter().enumerate() {
+        let key = interpolate(raw, |v| env(v)).map_err(|e| format!("api_keys[{i}]: {e}"))?;
+        if !key.trim().is_empty() {
+            crewlet_telemetry::register_secret(key.clone());
+            keys.push(key);
+        }
+    }
+    crewlet_llm::cli_agent::build(name, &entry.model, &cli, &keys, &|v| env(v))
+        .map_err(|e| e.to_string())
 }
 
 /// The crate-neutral description of one entry, with `${VAR}` expanded.

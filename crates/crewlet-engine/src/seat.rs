@@ -508,8 +508,9 @@ impl InboxHandler {
             .runtime
             .turns
             .run_turn_journaled(&self.seat.profile, trigger, Some(&journal))
-            .instrument(span)
-            .await;
+            .instrument(span);
+        // A subscription CLI provider runs each call in this seat's own home.
+        let outcome = crewlet_llm::with_seat(handle, outcome).await;
         drop(working);
         drop(permit);
         drop(running);

@@ -205,9 +205,10 @@ async fn a_fork_bomb_is_contained_and_stopped() {
         ..BoxSpec::default()
     };
     let id = sb.create(&spec).await.expect("create");
-    // `exec`: the last command needs no fork, so the bomb always outlasts
-    // its timeout however early the pid limit bites.
-    let bomb = Exec::shell("b(){ b | b & }; b; exec sleep 30").timeout(Duration::from_secs(3));
+    // The bomb runs in a subshell and the script ends in `exec`: the shell
+    // that must outlast the timeout never forks once the pid limit bites
+    // (a shell that cannot fork gives up, which would end it early).
+    let bomb = Exec::shell("(b(){ b | b & }; b); exec sleep 30").timeout(Duration::from_secs(3));
     let sb2 = sb.clone();
     let id2 = id.clone();
     let running = tokio::spawn(async move { sb2.exec(&id2, &bomb).await });
@@ -220,6 +221,13 @@ async fn a_fork_bomb_is_contained_and_stopped() {
         assert!(st.success());
         tokio::task::yield_now().await;
     }
+    // And the bomb never has more processes than the box's pid limit (64).
+    let mut most = 0;
+    while !running.is_finished() {
+        most = most.max(host_processes_of(&id.0));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(most <= 64, "{most} processes in a box limited to 64");
     let out = running.await.expect("join").expect("exec");
     assert!(out.timed_out, "{out:?}");
     assert_eq!(host_processes_of(&id.0), 0, "the bomb outlived its command");

@@ -239,15 +239,7 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
                 at.key("type"),
                 format!("provider `{name}` is a cli-agent and needs a `cli` block naming the CLI, e.g. `cli: {{agent: claude-code}}`"),
             )),
-            (LlmKind::CliAgent, Some(cli)) => {
-                cli_agent(name, cli, &at, out);
-                // Until crewlet-engine builds the provider (crewlet-llm's
-                // `CliAgentProvider`), only `crewlet llm` runs it.
-                out.push(Finding::warning(
-                    at.key("type"),
-                    format!("provider `{name}`: `crewlet run` does not start cli-agent providers yet (`crewlet llm doctor` runs it); seats that reach only such providers cannot run turns"),
-                ));
-            }
+            (LlmKind::CliAgent, Some(cli)) => cli_agent(name, cli, &at, out),
             (_, Some(_)) => out.push(Finding::new(
                 at.key("cli"),
                 format!("provider `{name}`: `cli` is only for `type: cli-agent`"),

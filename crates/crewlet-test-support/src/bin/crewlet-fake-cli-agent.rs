@@ -9,7 +9,9 @@
 //!   its environment, cwd and argv, one `KEY=VALUE` a line), `hang` (writes
 //!   its pid and a child's pid to `FAKE_CLI_PIDFILE`, then sleeps forever),
 //!   `limit` (a usage-limit notice on a clean exit), `crash` (exit 3),
-//!   `empty` (prints nothing);
+//!   `empty` (prints nothing), `turn` (a whole engine turn: it calls
+//!   `submit_review` (done) or `submit_plan` (direct) when the prompt offers
+//!   them, and answers `FAKE_CLI_ANSWER` otherwise);
 //! - `FAKE_CLI_ANSWER`: the answer of `answer` mode;
 //! - `FAKE_CLI_FORMAT=codex`: prints like `codex exec --json` instead (JSONL
 //!   events: the answer in an `item.completed` agent message, usage in
@@ -274,7 +276,23 @@ fn main() -> ExitCode {
     if let Some(dir) = var("FAKE_CLI_INFLIGHT_DIR") {
         hold(Path::new(&dir));
     }
+    let call = |name: &str, args: &str| {
+        format!(
+            "```json\n{{\"message\": \"\", \"tool_calls\": [{{\"name\": {}, \"arguments\": {args}}}]}}\n```",
+            json_string(name)
+        )
+    };
+    let offers = |name: &str| prompt.contains(&format!("\"name\": \"{name}\""));
     let answer = match mode.as_str() {
+        "turn" if offers("submit_review") => call(
+            "submit_review",
+            r#"{"decision": "done", "notes": "ok", "completed_work": "answered", "final_artifact": "answered"}"#,
+        ),
+        "turn" if offers("submit_plan") => call(
+            "submit_plan",
+            r#"{"decision": "direct", "reasoning": "a simple question", "steps": [{"intent": "answer"}]}"#,
+        ),
+        "turn" => var("FAKE_CLI_ANSWER").unwrap_or_else(|| "done".into()),
         "tool" => {
             let name = var("FAKE_CLI_TOOL").unwrap_or_else(|| "post_message".into());
             let args = var("FAKE_CLI_TOOL_ARGS").unwrap_or_else(|| "{\"text\":\"hi\"}".into());
