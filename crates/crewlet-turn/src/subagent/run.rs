@@ -588,9 +588,12 @@ pub(super) async fn run_batch(
             (k, (k > 0).then(|| total / k as u64))
         }
     };
-    let started = Instant::now();
-    let batch_deadline = started + settings.batch_timeout;
-    let permits = tokio::sync::Semaphore::new(settings.max_parallel.max(1));
+    let batch_deadline = deadline_after(settings.batch_timeout);
+    let permits = tokio::sync::Semaphore::new(
+        settings
+            .max_parallel
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+    );
     let slots: Mutex<Vec<Option<ChildResult>>> = Mutex::new(vec![None; n]);
     let runs = tasks.iter().enumerate().take(admitted).map(|(i, task)| {
         let (permits, slots) = (&permits, &slots);
@@ -598,7 +601,7 @@ pub(super) async fn run_batch(
             let result = match tokio::time::timeout_at(batch_deadline, permits.acquire()).await {
                 // A slot freed at the deadline starts nothing.
                 Ok(Ok(_permit)) if Instant::now() < batch_deadline => {
-                    let deadline = (Instant::now() + settings.timeout).min(batch_deadline);
+                    let deadline = deadline_after(settings.timeout).min(batch_deadline);
                     run_child(
                         host,
                         ChildSpec {
@@ -679,6 +682,15 @@ pub(super) async fn run_batch(
         )
         .await;
     results
+}
+
+/// `d` from now; a limit too far off to represent is a year (a configured
+/// number never panics the turn).
+pub(super) fn deadline_after(d: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(std::time::Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
 }
 
 fn i64_of(n: u64) -> i64 {

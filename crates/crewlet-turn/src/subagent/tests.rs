@@ -312,6 +312,31 @@ async fn a_child_answers_and_its_answer_is_the_tool_result() -> TestResult {
 }
 
 #[tokio::test]
+async fn limits_too_far_off_to_represent_do_not_panic() -> TestResult {
+    let settings = SubagentSettings {
+        timeout: Duration::MAX,
+        batch_timeout: Duration::MAX,
+        ..SubagentSettings::default()
+    };
+    let rig = rig(answering(), settings, 0);
+    let out = spawn(
+        &rig,
+        &SpawnSubagent,
+        json!({"task_prompt": "task 1", "system_prompt": "s"}),
+    )
+    .await?;
+    assert_eq!(out.content, "answer 1");
+    let out = spawn(
+        &rig,
+        &SpawnSubagentBatch,
+        json!({"tasks": [{"task_prompt": "task 2", "system_prompt": "s"}]}),
+    )
+    .await?;
+    assert_eq!(results(&out)?[0]["text"], "answer 2");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_batch_answers_in_order_with_bounded_parallelism() -> TestResult {
     let settings = SubagentSettings {
         max_parallel: 2,

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
-use super::run::{ChildSpec, ChildTask, child_tools, run_batch, run_child, share};
+use super::run::{ChildSpec, ChildTask, child_tools, deadline_after, run_batch, run_child, share};
 use super::{Host, SPAWN_SUBAGENT, SPAWN_SUBAGENT_BATCH, Scope, current_scope};
 use crate::{Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput};
 
@@ -246,7 +245,7 @@ impl Tool for SpawnSubagent {
                 tools: &tools,
                 rejected: &rejected,
                 cap,
-                deadline: Instant::now() + host.settings.timeout,
+                deadline: deadline_after(host.settings.timeout),
                 parent_trace: parent_trace(ctx),
             },
         )
