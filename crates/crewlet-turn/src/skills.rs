@@ -117,7 +117,7 @@ pub enum SkillPhase {
     Plan,
     Execute,
     Review,
-    /// Accepted for the original's skills; there are no sub-agents yet.
+    /// Listed in a sub-agent's prompt (`spawn_subagent`).
     Subagent,
 }
 
@@ -365,6 +365,18 @@ impl ToolSkills {
             .read()
             .values()
             .filter(|s| s.listed_in(phase) && s.trigger.fires(surface))
+            .map(|s| s.entry(&vars))
+            .collect()
+    }
+
+    /// The skills listed for sub-agents (`phases: [subagent]`) whose
+    /// trigger matches `surface`, like [`catalogue`](Self::catalogue).
+    pub fn subagent_catalogue(&self, surface: &[Arc<dyn Tool>]) -> Vec<CatalogueEntry> {
+        let vars = self.variables.read();
+        self.skills
+            .read()
+            .values()
+            .filter(|s| s.phases.contains(&SkillPhase::Subagent) && s.trigger.fires(surface))
             .map(|s| s.entry(&vars))
             .collect()
     }

@@ -402,6 +402,17 @@ pub(super) async fn run_child(host: &Host, spec: ChildSpec<'_>) -> ChildResult {
         trace,
     };
     let mut system = spec.task.system_prompt.trim().to_owned();
+    // The skills listed for sub-agents whose trigger its tools match.
+    let surface: Vec<_> = spec
+        .tools
+        .iter()
+        .filter_map(|n| host.tools.get_for(&host.seat.handle, n))
+        .collect();
+    let skills = crate::skills::render_catalogue(&host.skills.subagent_catalogue(&surface), true);
+    if !skills.is_empty() {
+        system.push_str("\n\n");
+        system.push_str(skills.trim_end());
+    }
     if !system.is_empty() {
         system.push_str("\n\n");
     }

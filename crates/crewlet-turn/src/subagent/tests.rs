@@ -312,6 +312,38 @@ async fn a_child_answers_and_its_answer_is_the_tool_result() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_child_is_shown_the_skills_listed_for_sub_agents() -> TestResult {
+    let rig = rig(answering(), SubagentSettings::default(), 0);
+    for (key, phase) in [("tool:echo", "subagent"), ("tool:echo-exec", "execute")] {
+        let skill = crate::ToolSkill::from_parts(
+            json!({"key": key, "trigger": {"tool": "echo"}, "phases": [phase],
+                   "title": "Echo", "summary": "Say it twice.", "required": false}),
+            "Echo twice.",
+            "test",
+        )?;
+        rig.host.skills.upsert(skill);
+    }
+    spawn(
+        &rig,
+        &SpawnSubagent,
+        json!({"task_prompt": "task 1", "system_prompt": "s", "tool_names": ["echo"]}),
+    )
+    .await?;
+    let requests = rig.model.requests.lock().clone();
+    let system = &requests[0].system[0].text;
+    assert!(system.contains("`tool:echo`"), "{system}");
+    assert!(!system.contains("tool:echo-exec"), "{system}");
+    assert!(
+        requests[0]
+            .tools
+            .iter()
+            .any(|t| t.name == "load_tool_skill"),
+        "the child can load the skill"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn limits_too_far_off_to_represent_do_not_panic() -> TestResult {
     let settings = SubagentSettings {
         timeout: Duration::MAX,
