@@ -846,7 +846,7 @@ providers:
     main: {type: openai, model: m, api_keys: [k]}
   sandbox:
     type: local
-    template: t
+    default_pause_ttl_seconds: 60
     local: {containment: bubblewrap}
 turn_engine:
   max_iterations: 2
@@ -869,8 +869,8 @@ roles:
         &[
             (
                 9,
-                "providers.sandbox.template",
-                "has no effect yet: the e2b backend is not built yet",
+                "providers.sandbox.default_pause_ttl_seconds",
+                "has no effect yet: pausing a run for a human answer is not built yet",
             ),
             (
                 13,

@@ -113,15 +113,12 @@ pub struct SandboxProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalSandbox>,
     /// API key of the hosted backend.
-    #[schemars(extend("x-crewlet-inert" = "the e2b backend is not built yet; use `type: local`"))]
     #[serde(default)]
     pub api_key: String,
     /// Domain of a self-hosted backend.
-    #[schemars(extend("x-crewlet-inert" = "the e2b backend is not built yet; use `type: local`"))]
     #[serde(default)]
     pub domain: String,
     /// Sandbox template (image) name.
-    #[schemars(extend("x-crewlet-inert" = "the e2b backend is not built yet; use `type: local`"))]
     #[serde(default)]
     pub template: String,
     /// Coding agent of seats that name none.

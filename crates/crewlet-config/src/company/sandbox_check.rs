@@ -29,10 +29,15 @@ pub(crate) fn check(company: &Company, org: &Organization, out: &mut Vec<Finding
         return;
     };
     match p.kind {
-        SandboxKind::E2b | SandboxKind::Fake => out.push(Finding::warning(
+        SandboxKind::Fake => out.push(Finding::warning(
             at.key("type"),
-            "only the `local` sandbox backend is built so far; no seat gets run_sandbox",
+            "`type: fake` is the original's in-process test double; Crewlet gives no seat run_sandbox with it",
         )),
+        SandboxKind::E2b if p.api_key.trim().is_empty() => out.push(Finding::new(
+            at.key("api_key"),
+            "`type: e2b` needs `api_key` (usually `${E2B_API_KEY}`)",
+        )),
+        SandboxKind::E2b => {}
         SandboxKind::Local => match &p.local {
             None => out.push(Finding::new(
                 at.key("type"),

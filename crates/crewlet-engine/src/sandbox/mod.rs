@@ -115,8 +115,17 @@ impl SandboxService {
                     return None;
                 }
             },
-            SandboxKind::E2b | SandboxKind::Fake => {
-                warn!(kind = ?provider.kind, "providers.sandbox: only the `local` backend is built so far; no seat gets run_sandbox");
+            SandboxKind::E2b => match e2b_backend(&provider, env) {
+                Ok(b) => b,
+                Err(e) => {
+                    warn!(error = %e, "providers.sandbox: the e2b sandbox cannot start; no seat gets run_sandbox");
+                    return None;
+                }
+            },
+            SandboxKind::Fake => {
+                warn!(
+                    "providers.sandbox: `type: fake` is the original's in-process test double; Crewlet's tests use real boxes, so no seat gets run_sandbox"
+                );
                 return None;
             }
         };
@@ -587,5 +596,33 @@ async fn local_backend(
     let sandbox = crewlet_sandbox::local::LocalSandbox::new(opts)
         .await
         .map_err(|e| e.to_string())?;
+    Ok(Arc::new(sandbox))
+}
+
+/// E2B (`type: e2b`): the hosted service, or a self-hosted one at `domain`.
+/// Without a `template`, the coding agent's prebuilt one (`claude`,
+/// `opencode`), else `base`.
+fn e2b_backend(provider: &SandboxProvider, env: &EnvLookup) -> Result<Arc<dyn Sandbox>, String> {
+    let raw: BTreeMap<String, String> = [("key".to_owned(), provider.api_key.clone())].into();
+    let (mut resolved, _) = resolve_env(&raw, |n| env(n));
+    let key = resolved.remove("key").unwrap_or_default();
+    if key.trim().is_empty() {
+        return Err("`api_key` is empty (set it, usually to `${E2B_API_KEY}`)".into());
+    }
+    crewlet_telemetry::register_secret(key.clone());
+    let mut opts = crewlet_sandbox::e2b::E2bOptions::new(key);
+    if !provider.domain.is_empty() {
+        opts.domain = provider.domain.clone();
+    }
+    opts.template = if provider.template.is_empty() {
+        match provider.default_coding_agent {
+            CodingAgent::ClaudeCode => "claude".into(),
+            CodingAgent::Opencode => "opencode".into(),
+            CodingAgent::Command => opts.template,
+        }
+    } else {
+        provider.template.clone()
+    };
+    let sandbox = crewlet_sandbox::e2b::E2bSandbox::new(opts).map_err(|e| e.to_string())?;
     Ok(Arc::new(sandbox))
 }
