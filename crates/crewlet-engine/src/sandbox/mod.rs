@@ -14,6 +14,7 @@
 //! its checkout; the boxes of a turn are removed when the turn ends.
 
 mod agent;
+mod backend;
 mod llm_env;
 mod tool;
 
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_config::later::{
-    CodingAgent, CodingAgentChoice, Containment, RoleSandbox, SandboxKind, SandboxProvider,
+    CodingAgent, CodingAgentChoice, RoleSandbox, SandboxKind, SandboxProvider,
 };
 use crewlet_config::{Company, Organization};
 use crewlet_core::{Event, EventType};
@@ -108,14 +109,14 @@ impl SandboxService {
         }
         let backend: Arc<dyn Sandbox> = match provider.kind {
             SandboxKind::None => return None,
-            SandboxKind::Local => match local_backend(&provider, env).await {
+            SandboxKind::Local => match backend::local(&provider, env).await {
                 Ok(b) => b,
                 Err(e) => {
                     warn!(error = %e, "providers.sandbox: the local sandbox cannot start; no seat gets run_sandbox");
                     return None;
                 }
             },
-            SandboxKind::E2b => match e2b_backend(&provider, env) {
+            SandboxKind::E2b => match backend::e2b(&provider, env) {
                 Ok(b) => b,
                 Err(e) => {
                     warn!(error = %e, "providers.sandbox: the e2b sandbox cannot start; no seat gets run_sandbox");
@@ -556,73 +557,11 @@ impl SandboxService {
             .into_iter()
             .filter(|r| r.turn_id == turn_id && !r.box_id.is_empty())
         {
-            if seen.insert(run.box_id.clone()) {
-                if let Err(e) = self.backend.kill(&BoxId(run.box_id.clone())).await {
-                    warn!(agent = handle, sandbox = %run.box_id, error = %e, "cannot remove the turn's sandbox");
-                }
+            if seen.insert(run.box_id.clone())
+                && let Err(e) = self.backend.kill(&BoxId(run.box_id.clone())).await
+            {
+                warn!(agent = handle, sandbox = %run.box_id, error = %e, "cannot remove the turn's sandbox");
             }
         }
     }
-}
-
-async fn local_backend(
-    provider: &SandboxProvider,
-    env: &EnvLookup,
-) -> Result<Arc<dyn Sandbox>, String> {
-    let local = provider
-        .local
-        .clone()
-        .ok_or("`type: local` needs a `local:` block")?;
-    if local.containment == Containment::Container {
-        return Err(
-            "`containment: container` needs a container engine; use `containment: bubblewrap`"
-                .into(),
-        );
-    }
-    let state_dir = if local.state_dir.is_empty() {
-        env("CREWLET_SANDBOX_LOCAL_HOME")
-            .or_else(|| env("HOME").map(|h| format!("{h}/.crewlet/sandboxes")))
-            .ok_or("no `local.state_dir`, CREWLET_SANDBOX_LOCAL_HOME or HOME")?
-    } else {
-        local.state_dir.clone()
-    };
-    let mut opts = crewlet_sandbox::local::LocalOptions::new(state_dir);
-    for m in &local.mounts {
-        opts.mounts.push(
-            m.parse()
-                .map_err(|e: crewlet_sandbox::SandboxError| e.to_string())?,
-        );
-    }
-    let sandbox = crewlet_sandbox::local::LocalSandbox::new(opts)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Arc::new(sandbox))
-}
-
-/// E2B (`type: e2b`): the hosted service, or a self-hosted one at `domain`.
-/// Without a `template`, the coding agent's prebuilt one (`claude`,
-/// `opencode`), else `base`.
-fn e2b_backend(provider: &SandboxProvider, env: &EnvLookup) -> Result<Arc<dyn Sandbox>, String> {
-    let raw: BTreeMap<String, String> = [("key".to_owned(), provider.api_key.clone())].into();
-    let (mut resolved, _) = resolve_env(&raw, |n| env(n));
-    let key = resolved.remove("key").unwrap_or_default();
-    if key.trim().is_empty() {
-        return Err("`api_key` is empty (set it, usually to `${E2B_API_KEY}`)".into());
-    }
-    crewlet_telemetry::register_secret(key.clone());
-    let mut opts = crewlet_sandbox::e2b::E2bOptions::new(key);
-    if !provider.domain.is_empty() {
-        opts.domain = provider.domain.clone();
-    }
-    opts.template = if provider.template.is_empty() {
-        match provider.default_coding_agent {
-            CodingAgent::ClaudeCode => "claude".into(),
-            CodingAgent::Opencode => "opencode".into(),
-            CodingAgent::Command => opts.template,
-        }
-    } else {
-        provider.template.clone()
-    };
-    let sandbox = crewlet_sandbox::e2b::E2bSandbox::new(opts).map_err(|e| e.to_string())?;
-    Ok(Arc::new(sandbox))
 }
