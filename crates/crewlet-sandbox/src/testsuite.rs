@@ -3,7 +3,7 @@
 //! Each case takes a backend and returns `Err(reason)` on a failed check.
 //! [`sandbox_conformance!`](crate::sandbox_conformance) turns them into tests:
 //!
-//! ```ignore
+//! ```text
 //! crewlet_sandbox::sandbox_conformance!(local, async { make_backend().await });
 //! ```
 
