@@ -172,6 +172,17 @@ fn cli_agent_provider(
         .ok_or_else(|| format!("provider `{name}`: a cli-agent entry needs a `cli` block"))?;
     let cli = crewlet_config::interpolate_all(cli, |v| env(v)).map_err(|e| e.to_string())?;
     let cli = serde_json::to_value(&cli).map_err(|e| e.to_string())?;
+    let keys = expand_keys(entry, env)?;
+    crewlet_llm::cli_agent::build(name, &entry.model, &cli, &keys, &|v| env(v))
+        .map_err(|e| e.to_string())
+}
+
+/// An entry's `api_keys` with `${VAR}` expanded, empty ones dropped; each
+/// is a secret from now on (never in a log line or an exported span).
+fn expand_keys(
+    entry: &LlmEntry,
+    env: &(dyn Fn(&str) -> Option<String> + Send + Sync),
+) -> Result<Vec<String>, String> {
     let mut keys = Vec::new();
     for (i, raw) in entry.api_keys.iter().enumerate() {
         let key = interpolate(raw, |v| env(v)).map_err(|e| format!("api_keys[{i}]: {e}"))?;
@@ -180,8 +191,7 @@ fn cli_agent_provider(
             keys.push(key);
         }
     }
-    crewlet_llm::cli_agent::build(name, &entry.model, &cli, &keys, &|v| env(v))
-        .map_err(|e| e.to_string())
+    Ok(keys)
 }
 
 /// The crate-neutral description of one entry, with `${VAR}` expanded.
@@ -203,15 +213,7 @@ fn provider_config(
             ));
         }
     };
-    let mut keys = Vec::new();
-    for (i, raw) in entry.api_keys.iter().enumerate() {
-        let key = expand(&format!("api_keys[{i}]"), raw)?;
-        if !key.trim().is_empty() {
-            // Never in a log line or an exported span.
-            crewlet_telemetry::register_secret(key.clone());
-            keys.push(key);
-        }
-    }
+    let mut keys = expand_keys(entry, env)?;
     // No keys configured: the type's conventional variable, as the original
     // engine reads it (through the same lookup, so `security.company_env`
     // still decides whether the company may read it).

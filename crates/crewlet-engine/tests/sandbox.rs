@@ -97,11 +97,7 @@ fn fixtures(root: &Path) -> (PathBuf, PathBuf) {
     );
     let agent = root.join("agent");
     std::fs::create_dir_all(&agent).unwrap_or_else(|e| panic!("{e}"));
-    let script = agent.join("fake-coding-agent");
-    std::fs::write(&script, FAKE_AGENT).unwrap_or_else(|e| panic!("{e}"));
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-        .unwrap_or_else(|e| panic!("{e}"));
+    executable(&agent.join("fake-coding-agent"), FAKE_AGENT);
     (remote, agent)
 }
 
@@ -301,26 +297,19 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
 /// The local sandbox works here (bubblewrap and cgroups); a failure under CI.
 async fn sandbox_available() -> bool {
     let probe = std::env::temp_dir().join(format!("crewlet-sandbox-probe-{}", std::process::id()));
-    let ok = match crewlet_sandbox::local::LocalSandbox::new(
-        crewlet_sandbox::local::LocalOptions::new(&probe),
-    )
-    .await
-    {
-        Ok(sb) if sb.enforces_limits() => Ok(()),
-        Ok(_) => Err("no writable cgroup v1 controllers".to_owned()),
-        Err(e) => Err(e.to_string()),
-    };
+    let ok = crewlet_sandbox::testsuite::local_or_skip(&probe)
+        .await
+        .is_some();
     let _ = std::fs::remove_dir_all(&probe);
-    match ok {
-        Ok(()) => true,
-        Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but the local sandbox is unavailable: {why}")
-        }
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            false
-        }
-    }
+    ok
+}
+
+/// Writes an executable script.
+fn executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 /// A coding agent that logs each start and waits for the test's go.
@@ -368,11 +357,7 @@ async fn a_restarted_engine_picks_up_the_running_coding_agent_instead_of_startin
     ));
     let gate = root.join("gate");
     std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
-    let agent = gate.join("agent");
-    std::fs::write(&agent, WAITING_AGENT).unwrap_or_else(|e| panic!("{e}"));
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))
-        .unwrap_or_else(|e| panic!("{e}"));
+    executable(&gate.join("agent"), WAITING_AGENT);
     let plan = json!({"decision": "plan", "reasoning": "code", "steps": [{"intent": "code", "tools": ["run_sandbox"]}],
                       "tools_needed": ["run_sandbox"], "success_criteria": ["done"]});
     let script = Script::new()

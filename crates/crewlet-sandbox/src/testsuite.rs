@@ -16,6 +16,31 @@ use crate::{BoxSpec, Exec, Limits, RunState, Sandbox, SandboxError};
 /// A failed check.
 pub type Check = Result<(), String>;
 
+/// The local backend (with limits) over `state_dir`, or `None` when this
+/// host cannot run it: the test skips on a laptop, and fails under
+/// `CI=true`, where a missing service is a failure.
+pub async fn local_or_skip(
+    state_dir: impl Into<std::path::PathBuf>,
+) -> Option<crate::local::LocalSandbox> {
+    use crate::local::{LocalOptions, LocalSandbox};
+    match LocalSandbox::new(LocalOptions::new(state_dir)).await {
+        Ok(sb) if sb.enforces_limits() => Some(sb),
+        Ok(_) => {
+            skip("this host cannot enforce sandbox limits (no writable cgroup v1 controllers)")
+        }
+        Err(e) => skip(&e.to_string()),
+    }
+}
+
+/// Skips (`None`) with `why`, or panics under `CI=true`.
+pub fn skip<T>(why: &str) -> Option<T> {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but the sandbox is unavailable: {why}");
+    }
+    eprintln!("skipping: {why}");
+    None
+}
+
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
         if !$cond {

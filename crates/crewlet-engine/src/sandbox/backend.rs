@@ -1,12 +1,10 @@
 //! The sandbox backends a company can name: `local` (bubblewrap on this
 //! host) and `e2b`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crewlet_config::later::{CodingAgent, Containment, SandboxProvider};
 use crewlet_sandbox::Sandbox;
-use crewlet_sandbox::setup::resolve_env;
 
 use crate::engine::EnvLookup;
 
@@ -48,9 +46,8 @@ pub(super) async fn local(
 /// Without a `template`, the coding agent's prebuilt one (`claude`,
 /// `opencode`), else `base`.
 pub(super) fn e2b(provider: &SandboxProvider, env: &EnvLookup) -> Result<Arc<dyn Sandbox>, String> {
-    let raw: BTreeMap<String, String> = [("key".to_owned(), provider.api_key.clone())].into();
-    let (mut resolved, _) = resolve_env(&raw, |n| env(n));
-    let key = resolved.remove("key").unwrap_or_default();
+    let key = crewlet_config::interpolate(&provider.api_key, |n| env(n))
+        .map_err(|e| format!("`api_key`: {e}"))?;
     if key.trim().is_empty() {
         return Err("`api_key` is empty (set it, usually to `${E2B_API_KEY}`)".into());
     }

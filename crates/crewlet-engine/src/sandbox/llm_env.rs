@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use crewlet_config::later::CodingAgent;
 use crewlet_config::{Company, LlmChoice, LlmKind, Phase, Role};
-use crewlet_sandbox::setup::resolve_env;
 
 use crate::engine::EnvLookup;
 
@@ -33,14 +32,9 @@ pub(crate) fn derive(
             .first()
             .cloned()
             .or_else(|| p.kind.conventional_key_var().map(|v| format!("${{{v}}}")));
+        // An unset variable is no key: the check below says what to do.
         let key = raw
-            .map(|r| {
-                let one: BTreeMap<String, String> = [("k".to_owned(), r)].into_iter().collect();
-                resolve_env(&one, |n| env(n))
-                    .0
-                    .remove("k")
-                    .unwrap_or_default()
-            })
+            .and_then(|r| crewlet_config::interpolate(&r, |n| env(n)).ok())
             .filter(|k| !k.is_empty());
         let (key_var, url_var) = match p.kind {
             LlmKind::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),

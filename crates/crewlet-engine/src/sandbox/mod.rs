@@ -297,15 +297,12 @@ impl SandboxService {
         }
         let earlier = self
             .runs
-            .with_status(
-                Some(handle),
-                &[SandboxRunStatus::Completed, SandboxRunStatus::Failed],
-            )
+            .for_turn(handle, ctx.turn_id)
             .await
             .map_err(|e| e.to_string())?
             .into_iter()
             .rev()
-            .find(|r| r.turn_id == ctx.turn_id && !r.box_id.is_empty());
+            .find(|r| !r.status.is_open() && !r.box_id.is_empty());
         let (box_id, briefs) = match earlier {
             Some(r) => {
                 let id = BoxId(r.box_id.clone());
@@ -429,12 +426,11 @@ impl SandboxService {
         stopping: &(dyn Fn() -> bool + Send + Sync),
     ) -> Result<(), ()> {
         loop {
-            let running: Vec<SandboxRun> = match self
-                .runs
-                .with_status(Some(handle), &[SandboxRunStatus::Running])
-                .await
-            {
-                Ok(r) => r.into_iter().filter(|r| r.turn_id == turn_id).collect(),
+            let running: Vec<SandboxRun> = match self.runs.for_turn(handle, turn_id).await {
+                Ok(r) => r
+                    .into_iter()
+                    .filter(|r| r.status == SandboxRunStatus::Running)
+                    .collect(),
                 Err(e) => {
                     warn!(agent = handle, error = %e, "cannot read the seat's sandbox runs; looking again");
                     Vec::new()
@@ -544,18 +540,15 @@ impl SandboxService {
 
     /// Removes the boxes of `handle`'s turn `turn_id` (it ended).
     pub async fn finish_turn(&self, handle: &str, turn_id: Uuid) {
-        let closed = self
+        let runs = self
             .runs
-            .with_status(
-                Some(handle),
-                &[SandboxRunStatus::Completed, SandboxRunStatus::Failed],
-            )
+            .for_turn(handle, turn_id)
             .await
             .unwrap_or_default();
         let mut seen = std::collections::BTreeSet::new();
-        for run in closed
+        for run in runs
             .into_iter()
-            .filter(|r| r.turn_id == turn_id && !r.box_id.is_empty())
+            .filter(|r| !r.status.is_open() && !r.box_id.is_empty())
         {
             if seen.insert(run.box_id.clone())
                 && let Err(e) = self.backend.kill(&BoxId(run.box_id.clone())).await

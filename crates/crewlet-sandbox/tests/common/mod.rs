@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crewlet_sandbox::local::{LocalOptions, LocalSandbox};
+use crewlet_sandbox::local::LocalSandbox;
 
 /// A fresh state directory for one test.
 pub fn state_dir() -> PathBuf {
@@ -22,22 +22,9 @@ fn uuid_like() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
-/// The local backend, or `None` (skip) when this host cannot run it and CI
-/// is not set.
+/// The local backend on a fresh state directory, or `None` (skip).
 pub async fn local() -> Option<Arc<LocalSandbox>> {
-    match LocalSandbox::new(LocalOptions::new(state_dir())).await {
-        Ok(sb) if sb.enforces_limits() => Some(Arc::new(sb)),
-        Ok(_) => {
-            skip("this host cannot enforce sandbox limits (no writable cgroup v1 controllers)")
-        }
-        Err(e) => skip(&e.to_string()),
-    }
-}
-
-fn skip<T>(why: &str) -> Option<T> {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but the local sandbox is unavailable: {why}");
-    }
-    eprintln!("skipping: {why}");
-    None
+    crewlet_sandbox::testsuite::local_or_skip(state_dir())
+        .await
+        .map(Arc::new)
 }

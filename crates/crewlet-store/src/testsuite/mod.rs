@@ -236,6 +236,7 @@ macro_rules! sandbox_runs_conformance {
                 concurrent_claims_let_exactly_one_win,
                 a_patch_sets_only_what_it_says,
                 with_status_filters_by_status_and_seat_oldest_first,
+                for_turn_lists_one_turns_runs_oldest_first,
                 awaiting_answer_matches_seat_conversation_and_status,
                 prune_removes_only_closed_old_runs,
             ]

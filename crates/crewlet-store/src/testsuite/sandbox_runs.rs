@@ -319,6 +319,19 @@ pub async fn with_status_filters_by_status_and_seat_oldest_first(s: Arc<dyn Sand
     assert!(ok(s.with_status(None, &[]).await, "with_status").is_empty());
 }
 
+pub async fn for_turn_lists_one_turns_runs_oldest_first(s: Arc<dyn SandboxRuns>) {
+    use SandboxRunStatus::*;
+    let (turn, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let late = put(&s, &with(run("a", turn, "1", 9), Completed, None)).await;
+    let early = put(&s, &run("a", turn, "2", 3)).await;
+    put(&s, &run("a", other, "3", 5)).await;
+    put(&s, &run("b", turn, "4", 4)).await;
+    let runs = ok(s.for_turn("a", turn).await, "for_turn");
+    assert_eq!(ids(&runs), vec![early.id, late.id]);
+    assert_eq!(runs[1], late);
+    assert!(ok(s.for_turn("c", turn).await, "for_turn").is_empty());
+}
+
 pub async fn awaiting_answer_matches_seat_conversation_and_status(s: Arc<dyn SandboxRuns>) {
     use SandboxRunStatus::*;
     let turn = Uuid::now_v7();

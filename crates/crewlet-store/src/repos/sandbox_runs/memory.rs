@@ -113,6 +113,16 @@ impl SandboxRuns for MemorySandboxRuns {
         ))
     }
 
+    async fn for_turn(&self, seat: &str, turn_id: Uuid) -> Result<Vec<SandboxRun>, StoreError> {
+        let rows = self.rows.lock();
+        Ok(oldest_first(
+            rows.values()
+                .filter(|r| r.seat == seat && r.turn_id == turn_id)
+                .cloned()
+                .collect(),
+        ))
+    }
+
     async fn awaiting_answer(
         &self,
         seat: &str,

@@ -146,6 +146,9 @@ pub trait SandboxRuns: Send + Sync {
         statuses: &[SandboxRunStatus],
     ) -> Result<Vec<SandboxRun>, StoreError>;
 
+    /// Every run of one turn of `seat`, oldest first.
+    async fn for_turn(&self, seat: &str, turn_id: Uuid) -> Result<Vec<SandboxRun>, StoreError>;
+
     /// The oldest run of `seat` waiting for an answer in `conversation`.
     async fn awaiting_answer(
         &self,

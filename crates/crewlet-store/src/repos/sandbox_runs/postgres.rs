@@ -242,6 +242,22 @@ impl SandboxRuns for PostgresSandboxRuns {
         rows.iter().map(run_of).collect()
     }
 
+    async fn for_turn(&self, seat: &str, turn_id: Uuid) -> Result<Vec<SandboxRun>, StoreError> {
+        let client = self.db.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM sandbox_runs
+                     WHERE seat = $1 AND turn_id = $2
+                     ORDER BY created_at, id"
+                ),
+                &[&seat, &turn_id],
+            )
+            .await
+            .map_err(crate::query_err("listing a turn's sandbox runs"))?;
+        rows.iter().map(run_of).collect()
+    }
+
     async fn awaiting_answer(
         &self,
         seat: &str,
