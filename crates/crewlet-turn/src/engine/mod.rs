@@ -406,9 +406,7 @@ fn join_trigger_trace(span: &Span, trigger: Option<TraceContext>) {
 }
 
 /// A token count as a span field (`u64` fields are exported as strings).
-fn i64_of(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
+use crate::tool_loop::i64_of;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -19,6 +19,7 @@
 //! Parts: `ledger.rs` caps a child's spending; `run.rs` runs one child and
 //! a batch; `tools.rs` has the two tools and their arguments.
 
+mod batch;
 mod ledger;
 mod run;
 #[cfg(test)]

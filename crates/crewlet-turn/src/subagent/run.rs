@@ -1,5 +1,5 @@
-//! Running sub-agents: one child (its tools, model, cap, loop and events)
-//! and a batch (the budget split, the parallelism bound, the deadline).
+//! Running one sub-agent: its tools, model, cap, loop and events (a batch
+//! of them: `batch.rs`).
 
 use std::collections::BTreeMap;
 
@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use crewlet_core::TraceContext;
 use crewlet_core::payload::{AgentPhaseCompleted, AgentPhaseStarted, AgentTurnProgress};
-use crewlet_core::{Event, EventPayload, EventType};
+use crewlet_core::{Event, EventPayload};
 use crewlet_llm::{Message, Phase, RoleLlm, SystemBlock, ToolChoice, Usage};
 use crewlet_store::{ORG_SCOPE, TokenLedger, agent_scope, new_period, unit_scope};
 use parking_lot::Mutex;
@@ -21,7 +21,7 @@ use super::ledger::CappedLedger;
 use super::{Host, SUBAGENT_DENYLIST, as_child};
 use crate::tool_loop::{
     LoopEnd, LoopEnv, LoopNotice, LoopRequest, LoopStats, MetaTools, ProgressObserver,
-    ToolSelection, run_tool_loop,
+    ToolSelection, i64_of, run_tool_loop,
 };
 use crate::{BudgetGate, BudgetLimits, ToolAnnotations, ToolContext, ToolExecution, TurnError};
 
@@ -91,7 +91,7 @@ pub struct ChildResult {
 }
 
 impl ChildResult {
-    fn unrun(outcome: ChildOutcome, error: String, rejected_tools: Vec<String>) -> Self {
+    pub(super) fn unrun(outcome: ChildOutcome, error: String, rejected_tools: Vec<String>) -> Self {
         Self {
             id: Uuid::now_v7(),
             outcome,
@@ -209,15 +209,15 @@ pub(super) async fn share(host: &Host) -> Option<u64> {
 
 /// Where a child reports to: the events carry its span, its id and the
 /// parent's turn.
-struct ChildReporter<'h> {
-    host: &'h Host,
-    span: TraceContext,
+pub(super) struct ChildReporter<'h> {
+    pub host: &'h Host,
+    pub span: TraceContext,
     /// The child's id (`None` for the batch's own event).
-    id: Option<Uuid>,
+    pub id: Option<Uuid>,
 }
 
 impl ChildReporter<'_> {
-    async fn emit(&self, event: Event, summary: String, extra: Value) {
+    pub(super) async fn emit(&self, event: Event, summary: String, extra: Value) {
         let h = self.host;
         let mut event = event
             .with_summary(summary)
@@ -573,137 +573,4 @@ pub(super) async fn run_child(host: &Host, spec: ChildSpec<'_>) -> ChildResult {
         model,
         rejected_tools: rejected,
     }
-}
-
-/// Runs the children of a batch: the call's share split evenly between
-/// them (children whose split would be under `min_per_child_tokens` are
-/// refused, the last first), at most `max_parallel` at once, all done by
-/// the batch deadline. Results in the order of `tasks`; then one
-/// `subagent_batched` event.
-pub(super) async fn run_batch(
-    host: &Host,
-    tasks: &[ChildTask],
-    tools: &[String],
-    rejected: &[String],
-    parent_trace: TraceContext,
-) -> Vec<ChildResult> {
-    let n = tasks.len();
-    let settings = &host.settings;
-    let min = settings.min_per_child_tokens.max(1);
-    let total = share(host).await;
-    let (admitted, per_child) = match total {
-        None => (n, None),
-        Some(total) => {
-            let fit = usize::try_from(total / min).unwrap_or(usize::MAX);
-            let k = n.min(fit);
-            (k, (k > 0).then(|| total / k as u64))
-        }
-    };
-    let batch_deadline = deadline_after(settings.batch_timeout);
-    let permits = tokio::sync::Semaphore::new(
-        settings
-            .max_parallel
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    );
-    let slots: Mutex<Vec<Option<ChildResult>>> = Mutex::new(vec![None; n]);
-    let runs = tasks.iter().enumerate().take(admitted).map(|(i, task)| {
-        let (permits, slots) = (&permits, &slots);
-        async move {
-            let result = match tokio::time::timeout_at(batch_deadline, permits.acquire()).await {
-                // A slot freed at the deadline starts nothing.
-                Ok(Ok(_permit)) if Instant::now() < batch_deadline => {
-                    let deadline = deadline_after(settings.timeout).min(batch_deadline);
-                    run_child(
-                        host,
-                        ChildSpec {
-                            task,
-                            tools,
-                            rejected,
-                            cap: per_child,
-                            deadline,
-                            parent_trace,
-                        },
-                    )
-                    .await
-                }
-                Ok(_) | Err(_) => ChildResult::unrun(
-                    ChildOutcome::Timeout,
-                    "the batch ran past its time limit before this sub-agent started".into(),
-                    rejected.to_vec(),
-                ),
-            };
-            slots.lock()[i] = Some(result);
-        }
-    });
-    futures::future::join_all(runs).await;
-    let refused_why = match total {
-        Some(total) => format!(
-            "refused: the batch's share of {total} tokens leaves this sub-agent less than \
-             the minimum of {min} tokens"
-        ),
-        None => "refused".to_owned(),
-    };
-    let results: Vec<ChildResult> = slots
-        .into_inner()
-        .into_iter()
-        .map(|slot| {
-            slot.unwrap_or_else(|| {
-                ChildResult::unrun(
-                    ChildOutcome::Refused,
-                    refused_why.clone(),
-                    rejected.to_vec(),
-                )
-            })
-        })
-        .collect();
-
-    let successes = results
-        .iter()
-        .filter(|r| r.outcome == ChildOutcome::Ok)
-        .count();
-    let total_tokens: u64 = results.iter().map(|r| r.usage.total()).sum();
-    let reporter = ChildReporter {
-        host,
-        span: crewlet_telemetry::current_trace_context().unwrap_or(parent_trace),
-        id: None,
-    };
-    let event = Event::new(
-        EventType::Other("subagent_batched".into()),
-        host.source.as_str(),
-    )
-    .with_payload(json!({
-        "parent_handle": host.seat.handle,
-        "turn_id": host.turn_id,
-        "iteration": host.iteration,
-        "task_count": n,
-        "successes": successes,
-        "failures": n - successes,
-        "total_tokens": total_tokens,
-        "subagent_ids": results.iter().map(|r| r.id).collect::<Vec<_>>(),
-    }));
-    reporter
-        .emit(
-            event,
-            format!(
-                "{} batched {n} sub-agents ({successes} ok, {} failed, {total_tokens} tokens)",
-                host.seat.handle,
-                n - successes
-            ),
-            json!({}),
-        )
-        .await;
-    results
-}
-
-/// `d` from now; a limit too far off to represent is a year (a configured
-/// number never panics the turn).
-pub(super) fn deadline_after(d: std::time::Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .or_else(|| now.checked_add(std::time::Duration::from_secs(365 * 24 * 3600)))
-        .unwrap_or(now)
-}
-
-fn i64_of(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

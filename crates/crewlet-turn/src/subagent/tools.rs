@@ -6,7 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::run::{ChildSpec, ChildTask, child_tools, deadline_after, run_batch, run_child, share};
+use super::batch::{deadline_after, run_batch};
+use super::run::{ChildSpec, ChildTask, child_tools, run_child, share};
 use super::{Host, SPAWN_SUBAGENT, SPAWN_SUBAGENT_BATCH, Scope, current_scope};
 use crate::{Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput};
 

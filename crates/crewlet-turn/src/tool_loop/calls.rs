@@ -322,7 +322,7 @@ fn recorded(r: ToolResultRecord) -> CallResult {
 }
 
 /// A count as a span field (`u64` fields are exported as strings).
-pub(super) fn i64_of(n: u64) -> i64 {
+pub(crate) fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 

@@ -30,6 +30,7 @@ pub use crewlet_core::payload::ToolExecution;
 
 pub use self::meta::{ACTIVATE_TOOL, LIST_MCP_SERVER_TOOLS, MetaTools};
 
+pub(crate) use self::calls::i64_of;
 use self::calls::{CallResult, Resolved, Round, resolve, run_planned, select_tools};
 use self::complete::complete;
 use self::meta::Session;
