@@ -868,11 +868,6 @@ roles:
         text,
         &[
             (
-                9,
-                "providers.sandbox.default_pause_ttl_seconds",
-                "has no effect yet: pausing a run for a human answer is not built yet",
-            ),
-            (
                 13,
                 "turn_engine.extension_enabled",
                 "has no effect yet: round extensions are not built yet",

@@ -163,7 +163,7 @@ pub(crate) struct TurnRuntime {
     /// The node the turns run on (its seat host, when in a fleet).
     node: crate::fleet::work::TurnNode,
     /// The code sandbox: a turn suspended by `run_sandbox` waits for it.
-    sandbox: Option<Arc<crate::sandbox::SandboxService>>,
+    pub(crate) sandbox: Option<Arc<crate::sandbox::SandboxService>>,
 }
 
 impl TurnRuntime {
@@ -522,7 +522,7 @@ impl InboxHandler {
     async fn run_task(
         &self,
         delivery: Delivery,
-        constituents: Vec<Uuid>,
+        mut constituents: Vec<Uuid>,
     ) -> Result<Option<crewlet_turn::TurnOutcome>, HandlerError> {
         let event = &delivery.event;
         let handle = self.seat.seat.handle.as_str();
@@ -564,6 +564,24 @@ impl InboxHandler {
         self.wait_while_paused().await?;
 
         let node = &self.runtime.node;
+        // A message in a conversation where this seat's coding agent waits
+        // for an answer is that answer: the parked turn goes on with it.
+        let resumed = match &self.runtime.sandbox {
+            Some(sandbox) => sandbox.claim_answer(handle, event).await,
+            None => None,
+        };
+        let resumed = resumed.and_then(|original| {
+            let request = TaskRequest::from_event(&original).ok()?;
+            let trigger = crate::task::trigger(&request, &original);
+            Some((original, request, trigger))
+        });
+        let (event, request, trigger) = match &resumed {
+            Some((original, request, trigger)) => {
+                constituents.push(original.id);
+                (original, request.clone(), trigger.clone())
+            }
+            None => (&**event, request, trigger),
+        };
         if let Some(sandbox) = &self.runtime.sandbox {
             sandbox.set_trigger(handle, event);
         }
@@ -581,14 +599,22 @@ impl InboxHandler {
             self.seat.set_state(SeatState::AwaitingSandbox);
             tracing::info!(agent = handle, task_id = %outcome.task_id, "the turn waits for its coding agent in the sandbox");
             let draining = || self.runtime.is_draining();
-            if sandbox
-                .wait(handle, outcome.turn_id, &draining)
-                .await
-                .is_err()
-            {
-                return Err(HandlerError::new(
-                    "the engine stops while a coding agent works; the task stays in the inbox and its turn goes on after the restart",
-                ));
+            match sandbox.wait(handle, outcome.turn_id, &draining).await {
+                Ok(crate::sandbox::Waited::Done) => {}
+                Ok(crate::sandbox::Waited::Parked) => {
+                    // The turn ends unfinished (its journal kept) until the
+                    // answer comes; the seat takes other work meanwhile.
+                    self.seat.set_state(SeatState::Idle);
+                    self.seat.handled.insert(event.id);
+                    self.seat.handled.insert(delivery.event.id);
+                    tracing::info!(agent = handle, task_id = %outcome.task_id, "the turn is parked until its coding agent's question is answered");
+                    return Ok(None);
+                }
+                Err(()) => {
+                    return Err(HandlerError::new(
+                        "the engine stops while a coding agent works; the task stays in the inbox and its turn goes on after the restart",
+                    ));
+                }
             }
         };
         if let Some(sandbox) = &self.runtime.sandbox {
@@ -651,6 +677,7 @@ impl InboxHandler {
                    episode = reflection.episode_recorded, "reflection done");
         }
         self.seat.handled.insert(event.id);
+        self.seat.handled.insert(delivery.event.id);
         debug!(agent = handle, task_id = %outcome.task_id, decision = outcome.decision.as_str(), "turn ended");
         Ok(Some(outcome))
     }

@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::sandbox::*;
 use common::*;
 use crewlet_config::Company;
 use crewlet_core::EventType;
@@ -24,82 +24,6 @@ use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
-const ANSWER: &str = "Hello-Crewlet";
-
-/// The fake coding agent: a shell script run inside the box. With no
-/// answer in its brief it pushes a work-in-progress branch and asks; with
-/// one it finishes the change, pushes and reports.
-const FAKE_AGENT: &str = r#"#!/bin/sh
-set -e
-brief="$1"
-cd /home/user/workspace
-[ -d app ] || git clone -q /srv/remote.git app
-cd app
-git checkout -q -B feature/greeting
-answer=$(printf '%s\n' "$brief" | sed -n 's/.*ANSWER: *\([A-Za-z-]*\).*/\1/p' | head -n 1)
-if [ -z "$answer" ]; then
-  printf 'greeting = "TODO"\n' > greeting.txt
-  git add greeting.txt
-  git commit -q -m "wip: greeting"
-  git push -q origin feature/greeting
-  crewlet-ask "Which greeting should the app show?" --to manager
-  exit 0
-fi
-printf 'greeting = "%s"\n' "$answer" > greeting.txt
-git add greeting.txt
-git commit -q -m "greeting: $answer"
-git push -q -f origin feature/greeting
-printf 'Set the greeting to %s on branch feature/greeting (pushed).\n' "$answer" > /home/user/.crewlet/findings.md
-echo '{"result": "done", "usage": {"input_tokens": 120, "output_tokens": 30}}'
-"#;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A bare remote with one commit on `main`, and the fake agent's directory.
-fn fixtures(root: &Path) -> (PathBuf, PathBuf) {
-    let remote = root.join("remote.git");
-    let seed = root.join("seed");
-    std::fs::create_dir_all(&seed).unwrap_or_else(|e| panic!("{e}"));
-    git(
-        root,
-        &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap_or_default(),
-        ],
-    );
-    git(&seed, &["init", "-q", "-b", "main"]);
-    std::fs::write(seed.join("README.md"), "app\n").unwrap_or_else(|e| panic!("{e}"));
-    git(&seed, &["add", "README.md"]);
-    git(&seed, &["commit", "-q", "-m", "init"]);
-    git(
-        &seed,
-        &["push", "-q", remote.to_str().unwrap_or_default(), "main"],
-    );
-    let agent = root.join("agent");
-    std::fs::create_dir_all(&agent).unwrap_or_else(|e| panic!("{e}"));
-    executable(&agent.join("fake-coding-agent"), FAKE_AGENT);
-    (remote, agent)
-}
 
 fn company(llm: &str, root: &Path, remote: &Path, agent: &Path, mcp_log: &Path) -> Company {
     let yaml = format!(
@@ -198,7 +122,7 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
         "crewlet-sandbox-e2e-{}",
         uuid::Uuid::now_v7().simple()
     ));
-    let (remote, agent) = fixtures(&root);
+    let (remote, agent) = fixtures(&root, "manager");
     let mcp = root.join("tracker.jsonl");
     let llm = FakeLlmServer::start(script())
         .await
@@ -292,24 +216,6 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
         .unwrap_or_default();
     assert!(left.is_empty(), "boxes left: {left:?}");
     let _ = std::fs::remove_dir_all(&root);
-}
-
-/// The local sandbox works here (bubblewrap and cgroups); a failure under CI.
-async fn sandbox_available() -> bool {
-    let probe = std::env::temp_dir().join(format!("crewlet-sandbox-probe-{}", std::process::id()));
-    let ok = crewlet_sandbox::testsuite::local_or_skip(&probe)
-        .await
-        .is_some();
-    let _ = std::fs::remove_dir_all(&probe);
-    ok
-}
-
-/// Writes an executable script.
-fn executable(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 /// A coding agent that logs each start and waits for the test's go.

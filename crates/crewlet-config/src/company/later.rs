@@ -18,8 +18,9 @@ pub struct RoleSandbox {
     /// `claude-code`, `opencode`, or empty for the provider's default.
     #[serde(default)]
     pub coding_agent: CodingAgentChoice,
-    /// Seconds a paused sandbox is kept; negative: the provider's default.
-    #[schemars(extend("x-crewlet-inert" = "pausing a run for a human answer is not built yet"))]
+    /// Seconds a box paused while its run waits for a person's answer is
+    /// kept; negative: the provider's default; zero: removed at once (the
+    /// answer then starts a fresh box from the pushed branch).
     #[serde(default = "minus_one")]
     pub pause_ttl_seconds: f64,
     /// MCP servers rendered into the sandbox.
@@ -129,8 +130,8 @@ pub struct SandboxProvider {
     #[serde(default = "default_sandbox_timeout")]
     #[schemars(range(min = 0.001))]
     pub default_timeout_seconds: f64,
-    /// How long a paused sandbox is kept, in seconds.
-    #[schemars(extend("x-crewlet-inert" = "pausing a run for a human answer is not built yet"))]
+    /// How long a box paused while its run waits for a person's answer is
+    /// kept, in seconds (zero: removed at once).
     #[serde(default = "default_pause_ttl")]
     #[schemars(range(min = 0.0))]
     pub default_pause_ttl_seconds: f64,

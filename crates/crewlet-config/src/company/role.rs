@@ -86,9 +86,9 @@ pub struct Role {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "there is no judge phase yet"))]
     pub llm_judge: Option<LlmChoice>,
-    /// Model for code-sandbox work.
+    /// Model whose credentials the seat's coding agent gets in its
+    /// sandbox; unset: the first of the seat's Execute chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-crewlet-inert" = "the code sandbox is not built yet"))]
     pub llm_sandbox: Option<LlmChoice>,
     /// Learning for this seat; unset follows `learning.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -263,6 +263,11 @@ impl EngineBuilder {
             &options.env,
             self.stores.sandbox_runs.clone(),
             self.queue.clone(),
+            crate::sandbox::ChatSurfaces {
+                mattermost: mattermost.clone(),
+                slack: crate::slack::SlackSeats::from_company(&company, &org, &options.env),
+                follows: Some(self.stores.follows.clone()),
+            },
         )
         .await;
         if let Some(sandbox) = &sandbox {
@@ -716,6 +721,9 @@ impl Engine {
                 .push(scheduler.clone().spawn(tick, duties));
         }
         *self.shared.scheduler.lock() = Some(scheduler);
+        if let Some(sandbox) = &self.shared.runtime.sandbox {
+            self.shared.tasks.lock().push(sandbox.spawn_reaper());
+        }
         if let Some(every) = options.maintenance_interval {
             let upkeep = Maintenance::new(self.shared.stores.clone())
                 .gc_webhooks(options.gc_webhook_deliveries)

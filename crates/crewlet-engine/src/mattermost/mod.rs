@@ -11,7 +11,7 @@
 //! (`chat_thread_follows`, backend `mattermost`). A seat's own post never
 //! wakes it; its reply in a thread makes it follow the thread.
 
-mod inbox;
+pub(crate) mod inbox;
 mod tools;
 mod typing;
 

@@ -12,10 +12,17 @@
 //! Boxes live for the turn: a second `run_sandbox` call of the same turn
 //! (after a question was answered, for a follow-up fix) reuses the box and
 //! its checkout; the boxes of a turn are removed when the turn ends.
+//!
+//! A question for a person parks the run instead ([`park`]): the question
+//! is posted in the task's conversation, the box is paused (within the
+//! pause TTL), the seat goes free, and the next message in that
+//! conversation resumes the same turn with the answer.
 
 mod agent;
+mod ask;
 mod backend;
 mod llm_env;
+mod park;
 mod tool;
 
 use std::collections::{BTreeMap, HashMap};
@@ -38,6 +45,8 @@ use uuid::Uuid;
 
 use crate::engine::EnvLookup;
 
+pub(crate) use ask::ChatSurfaces;
+pub(crate) use park::Waited;
 pub(crate) use tool::RunSandboxTool;
 
 /// How long a box outlives an engine that stopped looking at it.
@@ -49,6 +58,8 @@ struct SeatSandbox {
     role: RoleSandbox,
     manager: Option<String>,
     name: String,
+    /// How long a box paused for a person's answer is kept (zero: not kept).
+    pause_ttl: Duration,
     /// The coding agent's model credentials, or why it cannot run.
     llm: Result<BTreeMap<String, String>, String>,
 }
@@ -63,6 +74,11 @@ pub(crate) struct SandboxService {
     env: EnvLookup,
     /// The inbox event each seat's running turn came from.
     triggers: Mutex<HashMap<String, Event>>,
+    /// Where questions for people are posted.
+    surfaces: ChatSurfaces,
+    /// The agent seats (a question for one of them goes back to the turn,
+    /// which asks it with `a2a_ask`).
+    agents: std::collections::HashSet<String>,
 }
 
 impl SandboxService {
@@ -74,6 +90,7 @@ impl SandboxService {
         env: &EnvLookup,
         runs: Arc<dyn SandboxRuns>,
         queue: Arc<dyn EventQueue>,
+        surfaces: ChatSurfaces,
     ) -> Option<Arc<Self>> {
         let provider = company.providers.sandbox.clone()?;
         let seats: HashMap<String, SeatSandbox> = org
@@ -92,6 +109,11 @@ impl SandboxService {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let llm = llm_env::derive(company, &s.role, agent, &declared, env);
+                let ttl = if role.pause_ttl_seconds < 0.0 {
+                    provider.default_pause_ttl_seconds
+                } else {
+                    role.pause_ttl_seconds
+                };
                 Some((
                     s.handle.clone(),
                     SeatSandbox {
@@ -99,6 +121,7 @@ impl SandboxService {
                         role,
                         manager: s.manager.clone(),
                         name: s.name.clone(),
+                        pause_ttl: Duration::from_secs_f64(ttl.max(0.0)),
                         llm,
                     },
                 ))
@@ -143,6 +166,8 @@ impl SandboxService {
             seats,
             env: env.clone(),
             triggers: Mutex::new(HashMap::new()),
+            surfaces,
+            agents: org.agents().map(|s| s.handle.clone()).collect(),
         }))
     }
 
@@ -302,7 +327,7 @@ impl SandboxService {
             .map_err(|e| e.to_string())?
             .into_iter()
             .rev()
-            .find(|r| !r.status.is_open() && !r.box_id.is_empty());
+            .find(|r| park::box_reusable(r.status) && !r.box_id.is_empty());
         let (box_id, briefs) = match earlier {
             Some(r) => {
                 let id = BoxId(r.box_id.clone());
@@ -312,6 +337,8 @@ impl SandboxService {
                 };
                 match self.backend.reconnect(&id, &spec).await {
                     Ok(()) => {
+                        // Paused while its question waited: it runs again.
+                        let _ = self.backend.resume(&id).await;
                         // A fresh start: the last run's question and report go.
                         let _ = self
                             .backend
@@ -361,7 +388,7 @@ impl SandboxService {
                 .as_ref()
                 .and_then(|e| serde_json::to_value(e).ok())
                 .unwrap_or_default(),
-            conversation: None,
+            conversation: trigger.as_ref().and_then(crate::coalesce::conversation_key),
             backend: self.backend.backend().to_owned(),
             box_id: box_id.0.clone(),
             run_id: run_id.0.clone(),
@@ -416,7 +443,8 @@ impl SandboxService {
     }
 
     /// Waits until no run of `handle`'s turn `turn_id` is running, keeping
-    /// the boxes alive and collecting each run that ends. `Err` when
+    /// the boxes alive and collecting each run that ends: then the turn
+    /// goes on, or parks when a run waits for a person's answer. `Err` when
     /// `stopping` says the engine stops first (the runs go on; the next
     /// start picks them up).
     pub async fn wait(
@@ -424,23 +452,31 @@ impl SandboxService {
         handle: &str,
         turn_id: Uuid,
         stopping: &(dyn Fn() -> bool + Send + Sync),
-    ) -> Result<(), ()> {
+    ) -> Result<Waited, ()> {
         loop {
-            let running: Vec<SandboxRun> = match self.runs.for_turn(handle, turn_id).await {
-                Ok(r) => r
-                    .into_iter()
-                    .filter(|r| r.status == SandboxRunStatus::Running)
-                    .collect(),
+            let runs = match self.runs.for_turn(handle, turn_id).await {
+                Ok(r) => r,
                 Err(e) => {
                     warn!(agent = handle, error = %e, "cannot read the seat's sandbox runs; looking again");
-                    Vec::new()
+                    if stopping() {
+                        return Err(());
+                    }
+                    tokio::time::sleep(self.poll_every()).await;
+                    continue;
                 }
             };
+            let running: Vec<&SandboxRun> = runs
+                .iter()
+                .filter(|r| r.status == SandboxRunStatus::Running)
+                .collect();
             if running.is_empty() {
-                return Ok(());
+                let parked = runs
+                    .iter()
+                    .any(|r| r.status == SandboxRunStatus::AwaitingAnswer);
+                return Ok(if parked { Waited::Parked } else { Waited::Done });
             }
             for run in running {
-                self.check(&run).await;
+                self.check(run).await;
             }
             if stopping() {
                 return Err(());
@@ -484,8 +520,16 @@ impl SandboxService {
             }
             _ => None,
         };
+        let audience = question.as_ref().map(|(_, to)| to.trim().to_owned());
         let asked = question.is_some();
         let result = agent::result(exit, findings, &output.stdout, &output.stderr, question);
+        if let Some(to) = audience
+            && exit.is_some()
+            && self.parks(run, &to)
+        {
+            self.park(run, result).await;
+            return;
+        }
         let to = if exit.is_some() {
             SandboxRunStatus::Completed
         } else {
@@ -538,17 +582,32 @@ impl SandboxService {
         )
     }
 
-    /// Removes the boxes of `handle`'s turn `turn_id` (it ended).
+    /// Removes the boxes of `handle`'s turn `turn_id` (it ended) and
+    /// closes its answered runs.
     pub async fn finish_turn(&self, handle: &str, turn_id: Uuid) {
         let runs = self
             .runs
             .for_turn(handle, turn_id)
             .await
             .unwrap_or_default();
+        for run in runs
+            .iter()
+            .filter(|r| r.status == SandboxRunStatus::Answered)
+        {
+            let _ = self
+                .runs
+                .transition(
+                    run.id,
+                    &[SandboxRunStatus::Answered],
+                    SandboxRunStatus::Completed,
+                    &SandboxRunPatch::default(),
+                )
+                .await;
+        }
         let mut seen = std::collections::BTreeSet::new();
         for run in runs
             .into_iter()
-            .filter(|r| !r.status.is_open() && !r.box_id.is_empty())
+            .filter(|r| park::box_reusable(r.status) && !r.box_id.is_empty())
         {
             if seen.insert(run.box_id.clone())
                 && let Err(e) = self.backend.kill(&BoxId(run.box_id.clone())).await

@@ -72,12 +72,10 @@ impl Tool for RunSandboxTool {
                 .map_err(ToolError::Failed)?,
         };
         match run.status {
-            SandboxRunStatus::Running
-            | SandboxRunStatus::AwaitingAnswer
-            | SandboxRunStatus::Answered => Ok(ToolOutput::suspending(format!(
-                "sandbox run {} is going",
-                run.id
-            ))),
+            SandboxRunStatus::Running | SandboxRunStatus::AwaitingAnswer => Ok(
+                ToolOutput::suspending(format!("sandbox run {} is going", run.id)),
+            ),
+            SandboxRunStatus::Answered => Ok(ToolOutput::text(service.reply_answered(&run))),
             SandboxRunStatus::Completed => Ok(ToolOutput::text(service.reply(&run))),
             SandboxRunStatus::Failed => Err(ToolError::Failed(service.reply(&run))),
         }

@@ -62,12 +62,23 @@ impl SlackSeats {
 
     /// Posts `text` to `channel` (a user id opens the DM) as `handle`'s bot.
     pub async fn post_as(&self, handle: &str, channel: &str, text: &str) -> Result<(), String> {
+        self.post_in(handle, channel, text, None).await
+    }
+
+    /// Posts `text` as `handle`'s bot in `channel`, in the thread `thread_ts`.
+    pub async fn post_in(
+        &self,
+        handle: &str,
+        channel: &str,
+        text: &str,
+        thread_ts: Option<&str>,
+    ) -> Result<(), String> {
         let token = self
             .tokens
             .get(handle)
             .ok_or_else(|| format!("`{handle}` has no Slack bot"))?;
         self.client
-            .post_message(token, channel, text, None)
+            .post_message(token, channel, text, thread_ts)
             .await
             .map(drop)
             .map_err(|e| e.to_string())
