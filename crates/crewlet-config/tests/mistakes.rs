@@ -862,7 +862,6 @@ roles:
   - name: A
     sandbox:
       enabled: true
-      mcp: {servers: [x]}
 ";
     assert_warnings(
         text,
@@ -881,11 +880,6 @@ roles:
                 19,
                 "learning.skill_curator",
                 "has no effect yet: the skill curator is not built yet",
-            ),
-            (
-                25,
-                "roles[0].sandbox.mcp",
-                "has no effect yet: MCP servers are not rendered into sandboxes yet",
             ),
         ],
     );

@@ -67,6 +67,7 @@ roles:
       tracker: {{FAKE_MCP_IDENTITY: eng-bot}}
     sandbox:
       enabled: true
+      mcp: {{servers: [tracker]}}
 "#,
         boxes = root.join("boxes").display(),
         agent = agent.display(),
@@ -175,6 +176,16 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
     assert_eq!(completed[0].payload["asked"], true);
     assert_eq!(completed[1].payload["asked"], false);
     assert_eq!(completed[1].payload["exit_code"], 0);
+    // The seat's tracker server was rendered into the box for the agent,
+    // with the seat's own credentials.
+    let findings = completed[1].payload["findings"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        findings.contains(r#"MCP: {"mcpServers":{"tracker":{"#)
+            && findings.contains("FAKE_MCP_IDENTITY"),
+        "{findings}"
+    );
     // The question reached the manager, one delegation deeper.
     let asked = events_of(&stores, EventType::ContributionRequested).await;
     assert_eq!(asked.len(), 1, "{asked:?}");

@@ -202,12 +202,9 @@ where
     })
     .await;
     assert_eq!(question.channel_id, channel);
+    // Published last, once the box is paused or removed.
     wait_for("the run to park", WAIT, || async {
-        let parked = stores
-            .sandbox_runs
-            .with_status(Some("eng"), &[SandboxRunStatus::AwaitingAnswer])
-            .await
-            .unwrap_or_default();
+        let parked = events_of(&stores, EventType::SandboxClarificationRequested).await;
         (!parked.is_empty()).then_some(())
     })
     .await;

@@ -23,8 +23,8 @@ pub struct RoleSandbox {
     /// answer then starts a fresh box from the pushed branch).
     #[serde(default = "minus_one")]
     pub pause_ttl_seconds: f64,
-    /// MCP servers rendered into the sandbox.
-    #[schemars(extend("x-crewlet-inert" = "MCP servers are not rendered into sandboxes yet"))]
+    /// Which of the company's MCP servers the seat's coding agent gets in
+    /// its box, with the seat's `mcp_env` credentials.
     #[serde(default)]
     pub mcp: SandboxMcp,
     /// Environment of the sandbox.

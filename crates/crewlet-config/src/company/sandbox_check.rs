@@ -81,6 +81,20 @@ pub(crate) fn check(company: &Company, org: &Organization, out: &mut Vec<Finding
             "the `command` coding agent needs `providers.sandbox.command` (its command line)",
         ));
     }
+    for seat in wants {
+        let Some(role) = seat.role.sandbox.as_ref() else {
+            continue;
+        };
+        let path = YamlPath::parse(&seat.yaml_path).unwrap_or_default();
+        for (i, name) in role.mcp.servers.iter().enumerate() {
+            if !company.mcp_servers.iter().any(|s| &s.name == name) {
+                out.push(Finding::new(
+                    path.key("sandbox").key("mcp").key("servers").index(i),
+                    format!("MCP server `{name}` is not defined in mcp_servers"),
+                ));
+            }
+        }
+    }
 }
 
 fn valid_mount(m: &str) -> bool {
@@ -124,6 +138,14 @@ mod tests {
             bad.iter()
                 .any(|f| f.starts_with("providers.sandbox.command")),
             "{bad:?}"
+        );
+        let mcp = findings(
+            "name: C\nproviders:\n  sandbox:\n    type: local\n    local: {containment: bubblewrap}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true, mcp: {servers: [nope]}}}\n",
+        );
+        assert!(
+            mcp.iter()
+                .any(|f| f.starts_with("roles[0].sandbox.mcp.servers[0]") && f.contains("`nope`")),
+            "{mcp:?}"
         );
         assert!(
             bad.iter()

@@ -22,6 +22,7 @@ mod agent;
 mod ask;
 mod backend;
 mod llm_env;
+mod mcp;
 mod park;
 mod tool;
 
@@ -60,6 +61,10 @@ struct SeatSandbox {
     name: String,
     /// How long a box paused for a person's answer is kept (zero: not kept).
     pause_ttl: Duration,
+    /// The seat's MCP servers as its coding agent reads them.
+    mcp: Option<mcp::Rendered>,
+    /// Their names, for the brief.
+    mcp_names: Vec<String>,
     /// The coding agent's model credentials, or why it cannot run.
     llm: Result<BTreeMap<String, String>, String>,
 }
@@ -109,6 +114,17 @@ impl SandboxService {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let llm = llm_env::derive(company, &s.role, agent, &declared, env);
+                let servers: Vec<_> = role
+                    .mcp
+                    .servers
+                    .iter()
+                    .filter_map(|name| {
+                        crate::tools::mcp::seat_server(company, s, name, env.as_ref())
+                            .inspect_err(|e| warn!(agent = %s.handle, server = %name, error = %e, "role.sandbox.mcp: this server is left out of the seat's sandbox"))
+                            .ok()
+                    })
+                    .collect();
+                let mcp_names = servers.iter().map(|s| s.name.clone()).collect();
                 let ttl = if role.pause_ttl_seconds < 0.0 {
                     provider.default_pause_ttl_seconds
                 } else {
@@ -122,6 +138,8 @@ impl SandboxService {
                         manager: s.manager.clone(),
                         name: s.name.clone(),
                         pause_ttl: Duration::from_secs_f64(ttl.max(0.0)),
+                        mcp: mcp::render(agent, &servers),
+                        mcp_names,
                         llm,
                     },
                 ))
@@ -214,6 +232,9 @@ impl SandboxService {
             format!("{handle}@agents.crewlet.local"),
         );
         env.insert("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned());
+        if let Some(m) = &seat.mcp {
+            env.extend(m.env.iter().cloned());
+        }
         env.extend(resolved);
         env
     }
@@ -358,13 +379,26 @@ impl SandboxService {
             }
             None => self.new_box(handle, seat).await?,
         };
-        let brief = agent::brief(task, &briefs, handle);
+        let mut environment = briefs;
+        if !seat.mcp_names.is_empty() {
+            environment.push(format!(
+                "MCP servers you can use, as this seat: {}.",
+                seat.mcp_names.join(", ")
+            ));
+        }
+        let brief = agent::brief(task, &environment, handle);
         let started = async {
             self.backend
                 .write_file(&box_id, agent::BRIEF, brief.as_bytes())
                 .await?;
-            let argv = agent::command_line(seat.agent, &self.provider.command, &brief)
+            let mut argv = agent::command_line(seat.agent, &self.provider.command, &brief)
                 .map_err(crewlet_sandbox::SandboxError::Invalid)?;
+            if let Some(m) = &seat.mcp {
+                self.backend
+                    .write_file(&box_id, m.path, m.contents.as_bytes())
+                    .await?;
+                argv.extend(m.args.iter().cloned());
+            }
             self.backend.keepalive(&box_id, self.keepalive()).await?;
             self.backend.start(&box_id, &Exec::new(argv)).await
         }

@@ -108,6 +108,41 @@ fn spec(name: &str, server: &McpServer, env: Env<'_>) -> Result<McpServerSpec, S
     ))
 }
 
+/// The seat's own credentials for server `name` (`mcp_env.<name>`),
+/// expanded; each value is registered as a secret.
+fn seat_mcp_env(
+    seat: &crewlet_config::Seat,
+    name: &str,
+    env: Env<'_>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in seat.mcp_env.get(name).into_iter().flatten() {
+        let value =
+            interpolate(v, |var| env(var)).map_err(|e| format!("mcp_env.{name}.{k}: {e}"))?;
+        crewlet_telemetry::register_secret(value.clone());
+        out.insert(k.clone(), value);
+    }
+    Ok(out)
+}
+
+/// Server `name` of the company as `seat` runs it: the server's own
+/// settings with the seat's `mcp_env` over them (for a coding agent's
+/// sandbox, which starts its own instances).
+pub(crate) fn seat_server(
+    company: &Company,
+    seat: &crewlet_config::Seat,
+    name: &str,
+    env: Env<'_>,
+) -> Result<McpServerSpec, String> {
+    let server = company
+        .mcp_servers
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| format!("no MCP server `{name}` in mcp_servers"))?;
+    let own = seat_mcp_env(seat, name, env)?;
+    Ok(spec(name, server, env)?.for_role(&own))
+}
+
 /// Whether an env var or header is a credential to keep out of logs: its
 /// value comes from the environment (`${VAR}`) or its name says so.
 fn looks_secret(name: &str, raw: &str) -> bool {
@@ -173,21 +208,13 @@ pub(crate) async fn start(
                 continue;
             }
             let name = &server.name;
-            let mut mcp_env = BTreeMap::new();
-            let mut env_error = None;
-            for (k, v) in seat.mcp_env.get(name).into_iter().flatten() {
-                match interpolate(v, |var| env(var)) {
-                    Ok(value) => {
-                        crewlet_telemetry::register_secret(value.clone());
-                        mcp_env.insert(k.clone(), value);
-                    }
-                    Err(e) => env_error = Some(format!("mcp_env.{name}.{k}: {e}")),
+            let mcp_env = match seat_mcp_env(seat, name, env) {
+                Ok(e) => e,
+                Err(reason) => {
+                    failures.push(config_failure(scope(), name, reason));
+                    continue;
                 }
-            }
-            if let Some(reason) = env_error {
-                failures.push(config_failure(scope(), name, reason));
-                continue;
-            }
+            };
             match spec(name, server, env) {
                 Ok(s) => plan.roles.push(RoleMcpServers {
                     role: seat.handle.clone(),

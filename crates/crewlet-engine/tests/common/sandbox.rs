@@ -31,6 +31,9 @@ git add greeting.txt
 git commit -q -m "greeting: $answer"
 git push -q -f origin feature/greeting
 printf 'Set the greeting to %s on branch feature/greeting (pushed).\n' "$answer" > /home/user/.crewlet/findings.md
+if [ -n "$CREWLET_MCP_CONFIG" ]; then
+  printf 'MCP: %s\n' "$(tr -d ' \n' < "$CREWLET_MCP_CONFIG")" >> /home/user/.crewlet/findings.md
+fi
 echo '{"result": "done", "usage": {"input_tokens": 120, "output_tokens": 30}}'
 "#;
 
