@@ -7,6 +7,8 @@
 //!   under TimescaleDB). Migrations create them once; without this a process
 //!   running for more than four weeks would send every new row to the
 //!   default partition;
+//! - closed sandbox runs and the fleet's ledgers past
+//!   [`FLEET_RETENTION_DAYS`] are deleted (parked and running runs stay);
 //! - old webhook delivery claims are deleted (`WebhookDeliveries::gc`),
 //!   unless an API in the same process already does it
 //!   (`EngineOptions::gc_webhook_deliveries`; `crewlet run` turns it off when
@@ -65,6 +67,8 @@ pub struct MaintenanceReport {
     pub completions_pruned: u64,
     /// Turn journal entries past the retention horizon, deleted.
     pub journal_pruned: u64,
+    /// Closed sandbox runs past the retention horizon, deleted.
+    pub sandbox_runs_pruned: u64,
     /// What failed, one line each (already logged).
     pub failures: Vec<String>,
 }
@@ -135,6 +139,10 @@ impl Maintenance {
         match self.stores.journal.prune(horizon).await {
             Ok(n) => report.journal_pruned = n,
             Err(e) => report.failures.push(format!("turn journal: {e}")),
+        }
+        match self.stores.sandbox_runs.prune(horizon).await {
+            Ok(n) => report.sandbox_runs_pruned = n,
+            Err(e) => report.failures.push(format!("sandbox runs: {e}")),
         }
         if let Some(learning) = &self.learning {
             let (expired, compacted) = learning.maintain().await;
@@ -262,5 +270,61 @@ mod tests {
                 ..MaintenanceReport::default()
             }
         );
+    }
+
+    #[tokio::test]
+    async fn a_step_forgets_closed_sandbox_runs_past_the_horizon_and_keeps_open_ones() {
+        use crewlet_store::{SandboxRun, SandboxRunStatus};
+        let stores = Stores::memory();
+        let now = Utc::now();
+        let old = now - chrono::Duration::days(FLEET_RETENTION_DAYS + 1);
+        let run = |call: &str, status: SandboxRunStatus| SandboxRun {
+            id: uuid::Uuid::now_v7(),
+            seat: "eng".into(),
+            task_id: "t".into(),
+            turn_id: uuid::Uuid::nil(),
+            call_id: call.into(),
+            trigger_event: serde_json::Value::Null,
+            conversation: None,
+            backend: "local".into(),
+            box_id: String::new(),
+            run_id: String::new(),
+            coding_agent: "command".into(),
+            status,
+            question: None,
+            answer: None,
+            result: None,
+            paused_at: None,
+            created_at: old,
+            updated_at: old,
+        };
+        for (call, status) in [
+            ("done", SandboxRunStatus::Completed),
+            ("waiting", SandboxRunStatus::AwaitingAnswer),
+        ] {
+            stores
+                .sandbox_runs
+                .insert(&run(call, status))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let report = Maintenance::new(stores.clone())
+            .gc_webhooks(false)
+            .step(now)
+            .await;
+        assert_eq!(report.sandbox_runs_pruned, 1, "{report:?}");
+        let left = stores
+            .sandbox_runs
+            .with_status(
+                None,
+                &[
+                    SandboxRunStatus::Completed,
+                    SandboxRunStatus::AwaitingAnswer,
+                ],
+            )
+            .await
+            .unwrap_or_default();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].call_id, "waiting", "a parked run is never pruned");
     }
 }

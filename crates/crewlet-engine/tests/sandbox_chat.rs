@@ -140,8 +140,9 @@ struct Scenario {
 }
 
 /// Runs the scenario up to the question being posted, then (after
-/// `while_parked`) answers it and waits for the task to complete.
-async fn run<F, Fut>(ttl: f64, while_parked: F) -> Scenario
+/// `while_parked`, and on a new engine if `restart`) answers it and waits
+/// for the task to complete.
+async fn run<F, Fut>(ttl: f64, restart: bool, while_parked: F) -> Scenario
 where
     F: FnOnce(crewlet_engine::Engine, Stores) -> Fut,
     Fut: std::future::Future<Output = crewlet_engine::Engine>,
@@ -164,30 +165,32 @@ where
     let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
     let stores = Stores::memory();
     let backends = Backends::new(queue.clone(), stores.clone());
-    let engine = EngineBuilder::new(
-        company(&llm.openai_base_url(), &mm, &bot.token, &root, ttl),
-        &backends,
-    )
-    .options(EngineOptions {
-        stream_progress: false,
-        maintenance_interval: None,
-        mattermost: SocketOptions {
-            backoff: vec![Duration::from_millis(100), Duration::from_millis(200)],
-            ..SocketOptions::default()
-        },
-        env: Arc::new(|name: &str| {
-            (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
-        }),
-        ..EngineOptions::default()
-    })
-    .start()
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    wait_for("the seat's socket to be live", WAIT, || async {
-        let sockets = engine.mattermost_sockets().await;
-        sockets.get("eng").filter(|s| s.is_live()).map(|_| ())
-    })
-    .await;
+    let company = company(&llm.openai_base_url(), &mm, &bot.token, &root, ttl);
+    let start = || async {
+        let engine = EngineBuilder::new(company.clone(), &backends)
+            .options(EngineOptions {
+                stream_progress: false,
+                maintenance_interval: None,
+                mattermost: SocketOptions {
+                    backoff: vec![Duration::from_millis(100), Duration::from_millis(200)],
+                    ..SocketOptions::default()
+                },
+                env: Arc::new(|name: &str| {
+                    (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
+                }),
+                ..EngineOptions::default()
+            })
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        wait_for("the seat's socket to be live", WAIT, || async {
+            let sockets = engine.mattermost_sockets().await;
+            sockets.get("eng").filter(|s| s.is_live()).map(|_| ())
+        })
+        .await;
+        engine
+    };
+    let engine = start().await;
 
     let ask = mm.post_as(
         &jane.id,
@@ -208,7 +211,11 @@ where
         (!parked.is_empty()).then_some(())
     })
     .await;
-    let engine = while_parked(engine, stores.clone()).await;
+    let mut engine = while_parked(engine, stores.clone()).await;
+    if restart {
+        engine.shutdown().await;
+        engine = start().await;
+    }
 
     mm.post_as(&jane.id, &channel, &format!("Use {ANSWER}."), Some(&ask.id));
     let code_task = events_of(&stores, EventType::SandboxClarificationRequested)
@@ -265,7 +272,7 @@ async fn a_person_answers_the_coding_agent_in_the_thread_and_the_parked_turn_shi
     if !sandbox_available().await {
         return;
     }
-    let s = run(1800.0, |engine, stores| async move {
+    let s = run(1800.0, false, |engine, stores| async move {
         // Parked: the seat goes free and takes another task meanwhile.
         wait_for("the seat to go free", WAIT, || async {
             (engine.agent_state("eng") == Some(crewlet_engine::SeatState::Idle)).then_some(())
@@ -351,7 +358,7 @@ async fn with_no_pause_ttl_the_box_goes_at_once_and_the_answer_gets_a_fresh_one(
     if !sandbox_available().await {
         return;
     }
-    let s = run(0.0, |engine, stores| async move {
+    let s = run(0.0, false, |engine, stores| async move {
         let parked = stores
             .sandbox_runs
             .with_status(Some("eng"), &[SandboxRunStatus::AwaitingAnswer])
@@ -396,7 +403,7 @@ async fn a_paused_box_past_its_pause_ttl_is_removed_and_the_answer_still_resumes
     if !sandbox_available().await {
         return;
     }
-    let s = run(0.2, |engine, stores| async move {
+    let s = run(0.2, false, |engine, stores| async move {
         wait_for("the pause TTL to remove the box", WAIT, || async {
             let parked = stores
                 .sandbox_runs
@@ -419,6 +426,29 @@ async fn a_paused_box_past_its_pause_ttl_is_removed_and_the_answer_still_resumes
     assert_ne!(
         started[0].payload["sandbox_id"],
         started[1].payload["sandbox_id"]
+    );
+    assert_shipped(&s);
+    let _ = std::fs::remove_dir_all(&s.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_started_while_a_run_is_parked_resumes_the_turn_on_the_answer() {
+    if !sandbox_available().await {
+        return;
+    }
+    let s = run(1800.0, true, |engine, _| async move { engine }).await;
+    let started = events_of(&s.stores, EventType::SandboxRunStarted).await;
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(
+        started[0].payload["sandbox_id"], started[1].payload["sandbox_id"],
+        "the paused box was not reused after the restart"
+    );
+    assert_eq!(started[0].payload["turn_id"], started[1].payload["turn_id"]);
+    assert!(
+        !events_of(&s.stores, EventType::TurnResumed)
+            .await
+            .is_empty(),
+        "the new engine did not resume the turn from its journal"
     );
     assert_shipped(&s);
     let _ = std::fs::remove_dir_all(&s.root);
