@@ -116,7 +116,7 @@ export function createMock(opts = {}) {
   const clients = new Set();
   const timers = new Set();
   const state = new Map(SEATS.map((s) => [s.handle, {
-    state: s.kind === 'human' ? 'offline' : 'idle', task: null, turn: null, last_error: null,
+    state: s.kind === 'human' ? 'offline' : 'idle', task: null, turn: null, last_error: null, sandbox: null,
   }]));
   const ledger = new Map(SEATS.map((s) => [s.handle, 0]));
   let ledgerRefused = null;
@@ -170,7 +170,7 @@ export function createMock(opts = {}) {
     const st = state.get(s.handle);
     return {
       handle: s.handle, name: s.name, kind: s.kind, unit_path: s.unit_path, manager: s.manager, reports: s.reports,
-      state: st.state, task: st.task, turn: st.turn, last_error: st.last_error,
+      state: st.state, task: st.task, turn: st.turn, last_error: st.last_error, sandbox: st.sandbox,
       budget: s.cap ? { used: ledger.get(s.handle), max: s.cap } : null,
       tokens_today: s.kind === 'human' ? 0 : tokensSince(s.handle, todayStart()),
     };
@@ -281,6 +281,12 @@ export function createMock(opts = {}) {
     const qf = events[events.length - 1];
     state.get('qa').state = 'failed';
     state.get('qa').last_error = { reason: 'llm_unavailable', detail: 'provider answered 503 three times', at: qf.timestamp, event_id: qf.id };
+    // Coding agents: one at work, one parked on a person's answer.
+    Object.assign(state.get('cto'), {
+      state: 'awaiting_sandbox',
+      sandbox: { run_id: uuid5('sandbox:cto'), task_id: uuid5('task:cto-sb'), coding_agent: 'claude-code', backend: 'local', status: 'running', question: null, started_at: isoPlus(now - 12 * 60000) },
+    });
+    state.get('support').sandbox = { run_id: uuid5('sandbox:support'), task_id: uuid5('task:support-sb'), coding_agent: 'opencode', backend: 'e2b', status: 'awaiting_answer', question: 'Should the export keep the legacy CSV columns? <b>not bold</b>', started_at: isoPlus(now - 3 * 3600000) };
     state.get('writer').state = 'afk';
     state.get('writer').last_error = { reason: 'budget_exhausted', detail: '120,400 of 120,000 tokens', at: w.end, event_id: null };
     void q;

@@ -224,8 +224,39 @@ test('seats show their state from the snapshot', async () => {
   for (const seat of snap.seats) {
     const el = page.locator(`[data-room="mission"] [data-seat="${seat.handle}"]`);
     assert.equal(await el.count(), 1, seat.handle);
-    assert.ok(['idle', 'working', 'failed', 'afk', 'offline'].includes(await el.getAttribute('data-state')));
+    assert.ok(['idle', 'working', 'awaiting_sandbox', 'failed', 'afk', 'offline'].includes(await el.getAttribute('data-state')));
   }
+  await context.close();
+});
+
+test('running sandboxes are listed with their status and question', async () => {
+  const boxes = snap.seats.filter((s) => s.sandbox);
+  const { page, context, problems } = await open('#/mission');
+  await roomReady(page, 'mission');
+  const panel = page.locator('[data-room="mission"] [data-testid="sandboxes"]');
+  if (!boxes.length) {
+    assert.equal(await panel.count(), 0, 'no sandboxes, no panel');
+    await context.close();
+    return;
+  }
+  assert.equal(await panel.locator('li').count(), boxes.length);
+  for (const seat of boxes) {
+    const row = panel.locator(`li[data-sandbox="${seat.sandbox.run_id}"]`);
+    assert.equal(await row.getAttribute('data-status'), seat.sandbox.status);
+    assert.equal(await row.locator('a.handle').textContent(), seat.handle);
+    if (seat.sandbox.question) {
+      // Shown as text, never as markup.
+      assert.equal(await row.locator('.sb-question').textContent(), seat.sandbox.question);
+      assert.equal(await row.locator('.sb-question b').count(), 0);
+    }
+  }
+  const coding = snap.seats.filter((s) => s.state === 'awaiting_sandbox');
+  for (const seat of coding) {
+    const card = page.locator(`[data-room="mission"] [data-seat="${seat.handle}"]`);
+    assert.equal(await card.locator('[data-badge="awaiting_sandbox"]').count(), 1);
+  }
+  if (mock) assert.deepEqual(boxes.map((s) => s.sandbox.status).sort(), ['awaiting_answer', 'running']);
+  assert.deepEqual(problems, []);
   await context.close();
 });
 
@@ -742,4 +773,34 @@ test('memory off (503) reads as such on the agent page', mockOnly, async () => {
   assert.deepEqual(errors, []);
   await context.close();
   await other.close();
+});
+
+// A coding agent in a real local box (CREWLET_SANDBOX_GATE: the host folder
+// mounted at /gate in the box; the agent works until `go` appears there).
+const GATE = process.env.CREWLET_SANDBOX_GATE || '';
+const sandboxOnly = { skip: ENGINE && GATE ? false : 'needs a real engine with a local sandbox (CREWLET_SANDBOX_GATE)' };
+
+test('engine: a coding agent at work is listed under running sandboxes until its run ends', sandboxOnly, async () => {
+  const { page, context, problems } = await open('#/mission');
+  await roomReady(page, 'mission');
+  const res = await fetch(`${base}/agents/coder/tasks`, {
+    method: 'POST', headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ text: 'Tidy the build script.' }),
+  });
+  const body = await res.text();
+  assert.equal(res.status, 202, body);
+  const { task_id: taskId } = JSON.parse(body);
+  const panel = page.locator('[data-room="mission"] [data-testid="sandboxes"]');
+  const row = panel.locator('li[data-status="running"]');
+  await row.waitFor({ timeout: SLOW });
+  assert.equal(await row.locator('a.handle').textContent(), 'coder');
+  assert.equal(await row.locator('.sb-agent').textContent(), 'command');
+  await page.locator('[data-room="mission"] [data-seat="coder"][data-state="awaiting_sandbox"]').waitFor({ timeout: T });
+  await shot(page, 'mission-sandbox');
+  fs.writeFileSync(path.join(GATE, 'go'), '');
+  await panel.waitFor({ state: 'detached', timeout: SLOW });
+  const stored = await until('the coder task to complete', async () => ((await completedOf(taskId)) ? storedOf(taskId) : null));
+  const types = stored.map((e) => e.type);
+  assert.ok(types.includes('sandbox_run_started') && types.includes('sandbox_run_completed'), JSON.stringify(types));
+  assert.deepEqual(problems, []);
+  await context.close();
 });

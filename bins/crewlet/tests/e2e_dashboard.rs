@@ -12,6 +12,10 @@
 //! or repeating an event. Screenshots go to a temporary folder, or to
 //! `docs/dashboard/` with `CREWLET_UPDATE_SCREENSHOTS=1`.
 //!
+//! A `coder` seat has a code sandbox (a real local box): the page lists
+//! its coding agent under "Running sandboxes" while it works (the agent
+//! waits for the browser check's go) and drops it when the run ends.
+//!
 //! `CREWLET_DASHBOARD_HOLD=1` keeps the engine up after the seeding task
 //! (printing its URL and token) instead of running the checks: a way to
 //! look at the page by hand.
@@ -32,8 +36,27 @@ const TOKEN: &str = "dashboard-e2e-token-5Qw8";
 /// How long each phase's model call takes: long enough to see it live.
 const PHASE: Duration = Duration::from_millis(1500);
 
+/// The `coder` seat's system prompt names it.
+const CODER: &str = "# Your seat: Coder";
+
 fn script() -> Script {
     Script::new()
+        .on(
+            When::tool_offered("submit_plan").and_system_contains(CODER),
+            Reply::tool_call(
+                "submit_plan",
+                json!({"decision": "plan", "reasoning": "code work",
+                       "steps": [{"intent": "have it coded", "tools": ["run_sandbox"]}],
+                       "tools_needed": ["run_sandbox"], "success_criteria": ["coded"]}),
+            )
+            .delay(PHASE),
+        )
+        .on(
+            When::tool_offered("run_sandbox")
+                .and_after_tool_result(false)
+                .and_system_contains(CODER),
+            Reply::tool_call("run_sandbox", json!({"brief": "Tidy the build script."})),
+        )
         .on(
             When::tool_offered("submit_plan"),
             Reply::tool_call(
@@ -62,7 +85,11 @@ fn script() -> Script {
         )
 }
 
-fn company(base_url: &str) -> String {
+/// The coding agent: waits for the browser check's go (a file in the
+/// gate folder), then reports.
+const GATED_AGENT: &str = "while [ ! -f /gate/go ]; do sleep 0.1; done; echo 'Tidied the build script.' > /home/user/.crewlet/findings.md";
+
+fn company(base_url: &str, dir: &std::path::Path) -> String {
     format!(
         r#"name: Dashboard Co
 mission: Ship small, useful things.
@@ -73,6 +100,16 @@ providers:
       model: fake-model
       base_url: "{base_url}"
       timeout_seconds: 30
+  sandbox:
+    type: local
+    default_coding_agent: command
+    command: ["/bin/sh", "-c", "{GATED_AGENT}", "agent"]
+    poll_seconds: 0.2
+    local:
+      containment: bubblewrap
+      state_dir: "{boxes}"
+      network: none
+      mounts: ["{gate}:/gate"]
 roles:
   - name: CEO
     handle: ceo
@@ -86,13 +123,18 @@ units:
       - name: Engineer
         handle: eng
         goal: Build and ship.
+      - name: Coder
+        handle: coder
+        sandbox: {{enabled: true}}
     schedules:
       - name: weekly-summary
         cron: "0 9 * * 1"
         timezone: Europe/Berlin
         task: Summarise the week for the founder.
         target: lead
-"#
+"#,
+        boxes = dir.join("boxes").display(),
+        gate = dir.join("gate").display(),
     )
 }
 
@@ -121,10 +163,16 @@ async fn completed(base: &str, task_id: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_room_renders_and_a_task_runs_live_in_chromium() {
     let browser = crewlet_test_support::require!(browser);
+    let dir = temp_dir("dashboard");
+    // The sandbox check runs where a local box can (always under CI).
+    let sandbox = crewlet_sandbox::testsuite::local_or_skip(dir.join("probe"))
+        .await
+        .is_some();
+    let gate = dir.join("gate");
+    std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
     let llm = FakeLlmServer::start(script())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let dir = temp_dir("dashboard");
     let port = free_port();
     std::fs::write(
         dir.join("cfg.yaml"),
@@ -133,8 +181,11 @@ async fn every_room_renders_and_a_task_runs_live_in_chromium() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.join("company.yaml"), company(&llm.openai_base_url()))
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.join("company.yaml"),
+        company(&llm.openai_base_url(), &dir),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let mut engine = Proc::spawn_env(
         "engine",
         &dir,
@@ -179,6 +230,14 @@ async fn every_room_renders_and_a_task_runs_live_in_chromium() {
         .env("CREWLET_TOKEN", TOKEN)
         .env("CREWLET_ENGINE", "1")
         .env("CREWLET_ENGINE_SEAT", "eng")
+        .env(
+            "CREWLET_SANDBOX_GATE",
+            if sandbox {
+                gate.as_os_str()
+            } else {
+                std::ffi::OsStr::new("")
+            },
+        )
         .env("CHROMIUM", &browser.chromium)
         .env("SCREENSHOTS", &shots);
     let out = tokio::task::spawn_blocking(move || node.output())

@@ -17,6 +17,7 @@ export function seatCard(seat) {
   if (state === 'working') detail = seat.task?.summary || `${turn.phase || 'working'}`;
   else if (state === 'failed' && seat.last_error) detail = `${seat.last_error.reason}: ${seat.last_error.detail || ''}`;
   else if (state === 'afk') detail = seat.last_error?.reason || 'cannot work right now';
+  else if (state === 'awaiting_sandbox') detail = `${seat.sandbox?.coding_agent || 'a coding agent'} works in a sandbox`;
   const b = seat.budget;
   return h('a', {
     class: `seat st-${state}`, href: `#/agents/${encodeURIComponent(seat.handle)}`,
@@ -75,6 +76,23 @@ function stats() {
     h('div', { class: 'stat wide' }, org ? bar(org.used, org.max, 'Org budget') : h('span', { class: 'muted' }, 'No org budget')));
 }
 
+const SANDBOX_TEXT = { running: 'running', awaiting_answer: 'awaiting an answer' };
+
+/** Coding agents in sandboxes: running, or parked on a person's answer. */
+function sandboxList(seats) {
+  const rows = seats.filter((s) => s.sandbox);
+  if (!rows.length) return null;
+  return section('Running sandboxes', h('ul', { class: 'sandboxes', 'data-testid': 'sandboxes' }, rows.map((s) => {
+    const b = s.sandbox;
+    return h('li', { 'data-sandbox': b.run_id, 'data-status': b.status },
+      agentLink(s.handle),
+      h('span', { class: 'sb-agent' }, b.coding_agent || 'coding agent'),
+      h('span', { class: `badge sb-${b.status}` }, SANDBOX_TEXT[b.status] || b.status),
+      when(b.started_at),
+      b.question ? h('span', { class: 'sb-question' }, b.question) : null);
+  })));
+}
+
 const KIND_TEXT = {
   task_failed: 'Task failed', guard_breach: 'Guard stopped a turn', budget_near: 'Budget 80% used',
   budget_exhausted: 'Budget exhausted', llm_unavailable: 'Model unavailable', mcp_server_failed: 'MCP server failed',
@@ -96,12 +114,13 @@ export function mission(ctx) {
   const statsBox = h('div', {});
   const org = h('div', {});
   const att = h('div', {});
+  const boxes = h('div', {});
   const feed = h('ol', { class: 'feed', 'aria-live': 'off', 'aria-relevant': 'additions', 'aria-label': 'Recent events' });
   const note = h('div', {});
   const root = room('mission', 'Mission control', note, statsBox,
     h('div', { class: 'mission-grid' },
       section('Organization', org),
-      h('div', { class: 'side' }, section('Needs attention', att), section('Recent events', feed))));
+      h('div', { class: 'side' }, boxes, section('Needs attention', att), section('Recent events', feed))));
 
   const shown = () => store.events.filter((e) => !QUIET.has(evType(e)));
   const paintFeed = () => {
@@ -113,6 +132,7 @@ export function mission(ctx) {
     replace(note, store.error && !store.loaded ? errorBox(store.error) : null);
     replace(statsBox, stats());
     replace(org, orgChart(store.seatList()));
+    replace(boxes, sandboxList(store.seatList()));
     replace(att, attentionList());
     paintFeed();
     if (store.loaded) loaded(root);
@@ -124,6 +144,7 @@ export function mission(ctx) {
   ctx.on('today', () => replace(statsBox, stats()));
   ctx.on('attention', () => replace(att, attentionList()));
   ctx.on('seat', (seat) => {
+    replace(boxes, sandboxList(store.seatList()));
     const old = org.querySelector(`[data-seat="${CSS.escape(seat.handle)}"]`);
     if (old && (old.dataset.state !== undefined)) {
       const had = document.activeElement === old;

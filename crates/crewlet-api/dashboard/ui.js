@@ -89,12 +89,13 @@ export const isFailed = (ev) => ev.failed ?? (FAILED.has(evType(ev)) || (evType(
 
 // ---- small components ------------------------------------------------------
 
-export const STATES = ['idle', 'working', 'failed', 'afk', 'offline'];
+export const STATES = ['idle', 'working', 'awaiting_sandbox', 'failed', 'afk', 'offline'];
+const STATE_TEXT = { awaiting_sandbox: 'coding in sandbox' };
 
 export function stateBadge(state, phase) {
   const st = STATES.includes(state) ? state : 'offline';
   return h('span', { class: `badge st-${st}`, 'data-badge': st },
-    h('span', { class: 'dot', 'aria-hidden': 'true' }), st === 'working' && phase ? `working · ${phase}` : st);
+    h('span', { class: 'dot', 'aria-hidden': 'true' }), st === 'working' && phase ? `working · ${phase}` : STATE_TEXT[st] || st);
 }
 
 // Widths go through the CSSOM, not a style attribute: a strict

@@ -176,6 +176,12 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
     assert_eq!(completed[0].payload["asked"], true);
     assert_eq!(completed[1].payload["asked"], false);
     assert_eq!(completed[1].payload["exit_code"], 0);
+    // What the agent reported spending is charged to the seat (the fake
+    // model reports no usage of its own).
+    assert_eq!(completed[1].payload["usage"]["input_tokens"], 120);
+    let usage = stores.ledger.usage().await.unwrap_or_default();
+    let eng = usage.iter().find(|u| u.agent_handle == "eng");
+    assert_eq!(eng.map(|u| u.tokens_used), Some(150), "{usage:?}");
     // The seat's tracker server was rendered into the box for the agent,
     // with the seat's own credentials.
     let findings = completed[1].payload["findings"]

@@ -56,6 +56,21 @@ pub struct LiveTask {
     pub started_at: DateTime<Utc>,
 }
 
+/// A coding agent a seat started in a sandbox (`run_sandbox`), until its
+/// run ends or its answer resumes the turn.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveSandbox {
+    pub run_id: String,
+    pub task_id: String,
+    pub coding_agent: String,
+    pub backend: String,
+    /// `running`, or `awaiting_answer` (parked on a person's answer; the
+    /// seat takes other work meanwhile).
+    pub status: &'static str,
+    pub question: Option<String>,
+    pub started_at: DateTime<Utc>,
+}
+
 /// Why a seat stopped.
 #[derive(Clone, Debug, Serialize)]
 pub struct LastError {
@@ -72,6 +87,7 @@ struct Overlay {
     task: Option<LiveTask>,
     turn: Option<LiveTurn>,
     last_error: Option<LastError>,
+    sandbox: Option<LiveSandbox>,
     tokens_today: u64,
     /// The newest event that moved the state. On Pulsar each event type is
     /// a topic of its own, so events of one seat may arrive out of order;
@@ -89,11 +105,14 @@ pub struct SeatLive {
     pub unit_path: Vec<String>,
     pub manager: Option<String>,
     pub reports: Vec<String>,
-    /// `idle`, `working`, `failed`, `afk` or `offline`.
+    /// `idle`, `working`, `awaiting_sandbox` (its turn waits for a coding
+    /// agent), `failed`, `afk` or `offline`.
     pub state: &'static str,
     pub task: Option<LiveTask>,
     pub turn: Option<LiveTurn>,
     pub last_error: Option<LastError>,
+    /// Its coding agent's run, running or parked on a question.
+    pub sandbox: Option<LiveSandbox>,
     pub budget: Option<SeatBudget>,
     pub tokens_today: u64,
 }
@@ -188,13 +207,27 @@ impl Projection {
             | EventType::TaskCompleted
             | EventType::TaskFailed
             | EventType::BudgetExhausted
-            | EventType::LlmUnavailable => {
+            | EventType::LlmUnavailable
+            | EventType::SandboxRunStarted
+            | EventType::SandboxClarificationRequested
+            | EventType::SandboxRunCompleted => {
                 if stale {
                     return None;
                 }
                 seat.moved_by = Some(event.id);
             }
             _ => return None,
+        }
+        // A parked run's task that starts or ends again: its answer came.
+        if matches!(
+            event.event_type,
+            EventType::TaskStarted | EventType::TaskCompleted | EventType::TaskFailed
+        ) && seat
+            .sandbox
+            .as_ref()
+            .is_some_and(|b| Some(&b.task_id) == event.task_id.as_ref())
+        {
+            seat.sandbox = None;
         }
         match &event.event_type {
             EventType::TaskStarted => {
@@ -271,6 +304,35 @@ impl Projection {
             }
             EventType::BudgetExhausted | EventType::LlmUnavailable => {
                 seat.state = Some("afk");
+            }
+            EventType::SandboxRunStarted => {
+                let p = &event.payload;
+                let text = |k: &str| p[k].as_str().unwrap_or_default().to_owned();
+                seat.state = Some("awaiting_sandbox");
+                seat.sandbox = Some(LiveSandbox {
+                    run_id: text("run_id"),
+                    task_id: event.task_id.clone().unwrap_or_default(),
+                    coding_agent: text("coding_agent"),
+                    backend: text("backend"),
+                    status: "running",
+                    question: None,
+                    started_at: event.timestamp,
+                });
+            }
+            EventType::SandboxClarificationRequested => {
+                // Parked: the seat is free until the answer comes.
+                seat.state = Some("idle");
+                seat.task = None;
+                seat.turn = None;
+                if let Some(b) = seat.sandbox.as_mut() {
+                    b.status = "awaiting_answer";
+                    b.question = event.payload["question"].as_str().map(str::to_owned);
+                }
+            }
+            EventType::SandboxRunCompleted => {
+                // The turn goes on with the run's report.
+                seat.state = Some("working");
+                seat.sandbox = None;
             }
             _ => return None,
         }
@@ -379,6 +441,7 @@ impl Projection {
             task: overlay.task,
             turn: overlay.turn,
             last_error: overlay.last_error,
+            sandbox: overlay.sandbox,
             budget: (s.role.token_budget > 0).then(|| SeatBudget {
                 used: self.budgets.seats.get(&s.handle).map_or(0, |b| b.used),
                 max: s.role.token_budget,
@@ -470,5 +533,55 @@ mod tests {
         proj.apply(&done);
         assert_eq!(state(&proj), Some("working"));
         assert_eq!(proj.today().tasks_completed, 1);
+    }
+
+    #[test]
+    fn a_coding_agent_run_shows_while_it_works_and_while_it_waits_for_an_answer() {
+        let task = |mut e: Event| {
+            e.task_id = Some("code-task".into());
+            e
+        };
+        let mut proj = Projection::default();
+        proj.apply(&task(started(uuid::Uuid::now_v7())));
+        proj.apply(&task(ev(
+            EventType::SandboxRunStarted,
+            serde_json::json!({"run_id": "r1", "coding_agent": "claude-code", "backend": "local"}),
+        )));
+        assert_eq!(state(&proj), Some("awaiting_sandbox"));
+        let b = proj.seats["eng"].sandbox.clone();
+        assert_eq!(
+            b.as_ref().map(|b| (b.status, b.coding_agent.as_str())),
+            Some(("running", "claude-code"))
+        );
+
+        // Parked on a person's answer: the seat is free, the run still shown.
+        proj.apply(&task(ev(
+            EventType::SandboxClarificationRequested,
+            serde_json::json!({"run_id": "r1", "question": "Which greeting?"}),
+        )));
+        assert_eq!(state(&proj), Some("idle"));
+        let b = proj.seats["eng"].sandbox.clone();
+        assert_eq!(
+            b.as_ref().map(|b| (b.status, b.question.as_deref())),
+            Some(("awaiting_answer", Some("Which greeting?")))
+        );
+        // Another task meanwhile leaves it shown.
+        let mut other = started(uuid::Uuid::now_v7());
+        other.task_id = Some("other".into());
+        proj.apply(&other);
+        assert_eq!(state(&proj), Some("working"));
+        assert!(proj.seats["eng"].sandbox.is_some());
+
+        // The answer resumes the code task; its next run ends and the turn goes on.
+        proj.apply(&task(ev(
+            EventType::SandboxRunStarted,
+            serde_json::json!({"run_id": "r2"}),
+        )));
+        proj.apply(&task(ev(
+            EventType::SandboxRunCompleted,
+            serde_json::json!({"run_id": "r2"}),
+        )));
+        assert_eq!(state(&proj), Some("working"));
+        assert!(proj.seats["eng"].sandbox.is_none());
     }
 }

@@ -263,6 +263,7 @@ impl EngineBuilder {
             &options.env,
             self.stores.sandbox_runs.clone(),
             self.queue.clone(),
+            self.stores.ledger.clone(),
             crate::sandbox::ChatSurfaces {
                 mattermost: mattermost.clone(),
                 slack: crate::slack::SlackSeats::from_company(&company, &org, &options.env),

@@ -39,6 +39,13 @@ pub(super) async fn local(
     let sandbox = crewlet_sandbox::local::LocalSandbox::new(opts)
         .await
         .map_err(|e| e.to_string())?;
+    // Boxes without their memory, process and CPU limits are not offered.
+    if !sandbox.enforces_limits() {
+        return Err(
+            "this host cannot enforce the sandbox's limits (it needs writable cgroup v1 memory, pids and cpu controllers; cgroup v2 is not supported yet)"
+                .into(),
+        );
+    }
     Ok(Arc::new(sandbox))
 }
 

@@ -21,6 +21,7 @@
 mod agent;
 mod ask;
 mod backend;
+mod budget;
 mod llm_env;
 mod mcp;
 mod park;
@@ -65,6 +66,8 @@ struct SeatSandbox {
     mcp: Option<mcp::Rendered>,
     /// Their names, for the brief.
     mcp_names: Vec<String>,
+    /// Whose budgets the coding agent's reported tokens are charged to.
+    payer: budget::Payer,
     /// The coding agent's model credentials, or why it cannot run.
     llm: Result<BTreeMap<String, String>, String>,
 }
@@ -74,6 +77,7 @@ pub(crate) struct SandboxService {
     backend: Arc<dyn Sandbox>,
     runs: Arc<dyn SandboxRuns>,
     queue: Arc<dyn EventQueue>,
+    ledger: Arc<dyn crewlet_store::TokenLedger>,
     provider: SandboxProvider,
     seats: HashMap<String, SeatSandbox>,
     env: EnvLookup,
@@ -95,9 +99,11 @@ impl SandboxService {
         env: &EnvLookup,
         runs: Arc<dyn SandboxRuns>,
         queue: Arc<dyn EventQueue>,
+        ledger: Arc<dyn crewlet_store::TokenLedger>,
         surfaces: ChatSurfaces,
     ) -> Option<Arc<Self>> {
         let provider = company.providers.sandbox.clone()?;
+        let company_profile = crate::engine::company_profile(company);
         let seats: HashMap<String, SeatSandbox> = org
             .agents()
             .filter_map(|s| {
@@ -140,6 +146,13 @@ impl SandboxService {
                         pause_ttl: Duration::from_secs_f64(ttl.max(0.0)),
                         mcp: mcp::render(agent, &servers),
                         mcp_names,
+                        payer: budget::Payer {
+                            agent_id: s.agent_id,
+                            limits: crewlet_turn::BudgetLimits::of(
+                                &company_profile,
+                                &crate::engine::seat_profile(company, org, s),
+                            ),
+                        },
                         llm,
                     },
                 ))
@@ -180,6 +193,7 @@ impl SandboxService {
             backend,
             runs,
             queue,
+            ledger,
             provider,
             seats,
             env: env.clone(),
@@ -579,13 +593,14 @@ impl SandboxService {
             .await
         {
             Ok(Some(done)) => {
+                self.charge(&done).await;
                 let trace = crewlet_core::TraceContext::new_root();
                 let verb = if asked { "asks a question" } else { "finished" };
                 self.publish(
                     EventType::SandboxRunCompleted,
                     &done,
                     format!("{}'s coding agent {verb}", done.seat),
-                    json!({"exit_code": exit, "asked": asked, "findings": result["findings"], "transcript": result["transcript"]}),
+                    json!({"exit_code": exit, "asked": asked, "findings": result["findings"], "transcript": result["transcript"], "usage": result["usage"]}),
                     &trace,
                 )
                 .await;
@@ -595,6 +610,25 @@ impl SandboxService {
                 warn!(agent = %run.seat, error = %e, "cannot record the sandbox run's end; looking again")
             }
         }
+    }
+
+    /// Charges what a collected run reports it spent (once: the caller
+    /// won the run's transition).
+    async fn charge(&self, run: &SandboxRun) {
+        let Some(seat) = self.seats.get(&run.seat) else {
+            return;
+        };
+        let usage = run
+            .result
+            .as_ref()
+            .map_or(&serde_json::Value::Null, |r| &r["usage"]);
+        budget::charge(
+            self.ledger.as_ref(),
+            &seat.payer,
+            run,
+            budget::reported_tokens(usage),
+        )
+        .await;
     }
 
     async fn read_text(&self, id: &BoxId, path: &str) -> Option<String> {

@@ -91,7 +91,10 @@ impl SandboxService {
             )
             .await
         {
-            Ok(Some(r)) => r,
+            Ok(Some(r)) => {
+                self.charge(&r).await;
+                r
+            }
             Ok(None) => return, // collected elsewhere first
             Err(e) => {
                 warn!(agent = %run.seat, error = %e, "cannot record the coding agent's question; looking again");
