@@ -119,6 +119,11 @@ fn script() -> Script {
             When::tool_result_contains("Set the greeting to").and_system_contains(ENGINEER),
             Reply::tool_call(MR_TOOL, json!({"project": "app", "source_branch": "feature/greeting", "title": "Greeting"})),
         )
+        // The question could not be posted: the turn goes on without it.
+        .on(
+            When::tool_result_contains("Question for requester").and_system_contains(ENGINEER),
+            Reply::text("The coding agent needs to know which greeting to show; I asked for it."),
+        )
         .on(
             When::tool_result_contains("The answer came in the conversation").and_system_contains(ENGINEER),
             Reply::tool_call("run_sandbox", json!({"brief": format!("In /srv/remote.git, finish the greeting on feature/greeting. ANSWER: {ANSWER}")})),
@@ -139,35 +144,57 @@ struct Scenario {
     thread: String,
 }
 
-/// Runs the scenario up to the question being posted, then (after
-/// `while_parked`, and on a new engine if `restart`) answers it and waits
-/// for the task to complete.
-async fn run<F, Fut>(ttl: f64, restart: bool, while_parked: F) -> Scenario
-where
-    F: FnOnce(crewlet_engine::Engine, Stores) -> Fut,
-    Fut: std::future::Future<Output = crewlet_engine::Engine>,
-{
-    let root = std::env::temp_dir().join(format!(
-        "crewlet-sandbox-chat-{}",
-        uuid::Uuid::now_v7().simple()
-    ));
-    fixtures(&root, "requester");
-    let mm = FakeMattermost::start().await;
-    let team = mm.add_team("acme");
-    let channel = mm.add_channel(&team, "engineering", ChannelType::Open);
-    let jane = mm.add_user("jane");
-    let bot = mm.add_bot("agent-eng", "Agent Eng");
-    mm.join(&channel, &jane.id);
-    mm.join(&channel, &bot.id);
-    let llm = FakeLlmServer::start(script())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
-    let stores = Stores::memory();
-    let backends = Backends::new(queue.clone(), stores.clone());
-    let company = company(&llm.openai_base_url(), &mm, &bot.token, &root, ttl);
-    let start = || async {
-        let engine = EngineBuilder::new(company.clone(), &backends)
+/// A Mattermost team with Jane and the engineer's bot in one channel, the
+/// fake model, the git remote and the fake agent, and the company.
+struct World {
+    root: std::path::PathBuf,
+    mm: FakeMattermost,
+    channel: String,
+    jane: String,
+    bot: String,
+    _llm: FakeLlmServer,
+    stores: Stores,
+    backends: Backends,
+    company: Company,
+}
+
+impl World {
+    async fn new(ttl: f64) -> Self {
+        let root = std::env::temp_dir().join(format!(
+            "crewlet-sandbox-chat-{}",
+            uuid::Uuid::now_v7().simple()
+        ));
+        fixtures(&root, "requester");
+        let mm = FakeMattermost::start().await;
+        let team = mm.add_team("acme");
+        let channel = mm.add_channel(&team, "engineering", ChannelType::Open);
+        let jane = mm.add_user("jane");
+        let bot = mm.add_bot("agent-eng", "Agent Eng");
+        mm.join(&channel, &jane.id);
+        mm.join(&channel, &bot.id);
+        let llm = FakeLlmServer::start(script())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
+        let stores = Stores::memory();
+        let backends = Backends::new(queue, stores.clone());
+        let company = company(&llm.openai_base_url(), &mm, &bot.token, &root, ttl);
+        Self {
+            root,
+            mm,
+            channel,
+            jane: jane.id,
+            bot: bot.id,
+            _llm: llm,
+            stores,
+            backends,
+            company,
+        }
+    }
+
+    /// An engine on the world's queue and stores, its seat's socket live.
+    async fn start(&self) -> crewlet_engine::Engine {
+        let engine = EngineBuilder::new(self.company.clone(), &self.backends)
             .options(EngineOptions {
                 stream_progress: false,
                 maintenance_interval: None,
@@ -189,22 +216,40 @@ where
         })
         .await;
         engine
-    };
-    let engine = start().await;
+    }
 
-    let ask = mm.post_as(
-        &jane.id,
-        &channel,
-        "@agent-eng add a greeting to the app and open a merge request",
-        None,
-    );
+    /// Jane's mention of the engineer: the code task.
+    fn mention(&self) -> String {
+        self.mm
+            .post_as(
+                &self.jane,
+                &self.channel,
+                "@agent-eng add a greeting to the app and open a merge request",
+                None,
+            )
+            .id
+    }
+}
+
+/// Runs the scenario up to the question being posted, then (after
+/// `while_parked`, and on a new engine if `restart`) answers it and waits
+/// for the task to complete.
+async fn run<F, Fut>(ttl: f64, restart: bool, while_parked: F) -> Scenario
+where
+    F: FnOnce(crewlet_engine::Engine, Stores) -> Fut,
+    Fut: std::future::Future<Output = crewlet_engine::Engine>,
+{
+    let w = World::new(ttl).await;
+    let (stores, mm, channel) = (w.stores.clone(), &w.mm, &w.channel);
+    let engine = w.start().await;
+    let ask = w.mention();
     let question = wait_for("the question in the thread", WAIT, || async {
-        mm.posts_by(&bot.id)
+        mm.posts_by(&w.bot)
             .into_iter()
-            .find(|p| p.root_id == ask.id && p.message.contains(QUESTION))
+            .find(|p| p.root_id == ask && p.message.contains(QUESTION))
     })
     .await;
-    assert_eq!(question.channel_id, channel);
+    assert_eq!(&question.channel_id, channel);
     // Published last, once the box is paused or removed.
     wait_for("the run to park", WAIT, || async {
         let parked = events_of(&stores, EventType::SandboxClarificationRequested).await;
@@ -214,10 +259,10 @@ where
     let mut engine = while_parked(engine, stores.clone()).await;
     if restart {
         engine.shutdown().await;
-        engine = start().await;
+        engine = w.start().await;
     }
 
-    mm.post_as(&jane.id, &channel, &format!("Use {ANSWER}."), Some(&ask.id));
+    mm.post_as(&w.jane, channel, &format!("Use {ANSWER}."), Some(&ask));
     let code_task = events_of(&stores, EventType::SandboxClarificationRequested)
         .await
         .first()
@@ -233,11 +278,11 @@ where
     .await;
     engine.shutdown().await;
     Scenario {
-        root,
+        root: w.root,
         stores,
-        mm,
-        bot: bot.id,
-        thread: ask.id,
+        mm: w.mm,
+        bot: w.bot,
+        thread: ask,
     }
 }
 
@@ -452,4 +497,68 @@ async fn an_engine_started_while_a_run_is_parked_resumes_the_turn_on_the_answer(
     );
     assert_shipped(&s);
     let _ = std::fs::remove_dir_all(&s.root);
+}
+
+/// An agent that asks once the test says go (a file in its own folder).
+const GATED_ASKER: &str = r#"#!/bin/sh
+while [ ! -f /opt/fake-agent/go ]; do sleep 0.05; done
+crewlet-ask "Which greeting should the app show?" --to requester
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_that_cannot_be_posted_goes_back_to_the_turn_instead_of_parking() {
+    if !sandbox_available().await {
+        return;
+    }
+    let w = World::new(1800.0).await;
+    let agent = w.root.join("agent");
+    executable(&agent.join("fake-coding-agent"), GATED_ASKER);
+    let engine = w.start().await;
+    w.mention();
+    wait_for("the coding agent to start", WAIT, || async {
+        (!events_of(&w.stores, EventType::SandboxRunStarted)
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    // The bot can no longer post in the channel: the question has nowhere to go.
+    w.mm.leave(&w.channel, &w.bot);
+    std::fs::write(agent.join("go"), "").unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the code task to complete", WAIT, || async {
+        events_of(&w.stores, EventType::TaskCompleted)
+            .await
+            .iter()
+            .any(|e| e.agent_handle() == Some("eng"))
+            .then_some(())
+    })
+    .await;
+    engine.shutdown().await;
+
+    assert!(
+        events_of(&w.stores, EventType::SandboxClarificationRequested)
+            .await
+            .is_empty(),
+        "parked without posting the question"
+    );
+    let completed = events_of(&w.stores, EventType::SandboxRunCompleted).await;
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert_eq!(completed[0].payload["asked"], true);
+    assert!(
+        w.mm.posts_by(&w.bot)
+            .iter()
+            .all(|p| !p.message.contains(QUESTION)),
+        "the question was posted"
+    );
+    let open = w
+        .stores
+        .sandbox_runs
+        .with_status(
+            Some("eng"),
+            &[SandboxRunStatus::AwaitingAnswer, SandboxRunStatus::Answered],
+        )
+        .await
+        .unwrap_or_default();
+    assert!(open.is_empty(), "a run waits: {open:?}");
+    let _ = std::fs::remove_dir_all(&w.root);
 }

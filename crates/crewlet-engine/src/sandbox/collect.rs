@@ -96,8 +96,8 @@ impl SandboxService {
         if let Some(to) = audience
             && exit.is_some()
             && self.parks(run, &to)
+            && self.park(run, &result).await
         {
-            self.park(run, result).await;
             return;
         }
         let to = if exit.is_some() {

@@ -71,10 +71,24 @@ impl SandboxService {
             && trigger_request(run).is_some_and(|r| self.surfaces.can_post(&run.seat, &r))
     }
 
-    /// Parks `run`, which ended with a question: posts it, pauses the box
-    /// (or removes it, with a zero pause TTL). A question that cannot be
-    /// posted goes back to the turn instead.
-    pub(super) async fn park(&self, run: &SandboxRun, result: Value) {
+    /// Parks `run`, which ended with a question: posts it, then records
+    /// the run as waiting and pauses its box (or removes it, with a zero
+    /// pause TTL). `false` when the question could not be posted: the run
+    /// then completes as usual and the turn asks the question itself.
+    ///
+    /// Posted first: an engine that stops in between posts it again when
+    /// it collects the run after its restart, instead of leaving a run
+    /// waiting on a question nobody saw.
+    pub(super) async fn park(&self, run: &SandboxRun, result: &Value) -> bool {
+        let text = question_post(&result["question"]);
+        let posted = match trigger_request(run) {
+            Some(request) => self.surfaces.post(&run.seat, &request, &text).await,
+            None => Err("the task's trigger is unreadable".to_owned()),
+        };
+        if let Err(e) = posted {
+            warn!(agent = %run.seat, error = %e, "cannot post the coding agent's question; the turn asks it instead");
+            return false;
+        }
         let patch = SandboxRunPatch {
             question: Some(Some(result["question"].clone())),
             result: Some(Some(result.clone())),
@@ -95,44 +109,12 @@ impl SandboxService {
                 self.charge(&r).await;
                 r
             }
-            Ok(None) => return, // collected elsewhere first
+            Ok(None) => return true, // collected elsewhere first
             Err(e) => {
                 warn!(agent = %run.seat, error = %e, "cannot record the coding agent's question; looking again");
-                return;
+                return true;
             }
         };
-        let text = question_post(&result["question"]);
-        let posted = match trigger_request(&parked) {
-            Some(request) => self.surfaces.post(&parked.seat, &request, &text).await,
-            None => Err("the task's trigger is unreadable".to_owned()),
-        };
-        let trace = crewlet_core::TraceContext::new_root();
-        if let Err(e) = posted {
-            warn!(agent = %parked.seat, error = %e, "cannot post the coding agent's question; the turn asks it instead");
-            let back = self
-                .runs
-                .transition(
-                    parked.id,
-                    &[SandboxRunStatus::AwaitingAnswer],
-                    SandboxRunStatus::Completed,
-                    &SandboxRunPatch {
-                        paused_at: Some(None),
-                        ..SandboxRunPatch::default()
-                    },
-                )
-                .await;
-            if let Ok(Some(done)) = back {
-                self.publish(
-                    EventType::SandboxRunCompleted,
-                    &done,
-                    format!("{}'s coding agent asks a question", done.seat),
-                    json!({"exit_code": result["exit_code"], "asked": true, "findings": result["findings"], "transcript": result["transcript"]}),
-                    &trace,
-                )
-                .await;
-            }
-            return;
-        }
         let ttl = self
             .seats
             .get(&parked.seat)
@@ -159,9 +141,10 @@ impl SandboxService {
                 "box_kept": kept,
                 "pause_ttl_seconds": ttl.as_secs_f64(),
             }),
-            &trace,
+            &crewlet_core::TraceContext::new_root(),
         )
         .await;
+        true
     }
 
     /// Kills a parked run's box and forgets it on the row (the answer

@@ -148,6 +148,15 @@ impl FakeMattermost {
         d.join(channel_id, user_id);
     }
 
+    /// Takes `user_id` out of `channel_id` (their posts there are refused
+    /// from then on, as on a real server).
+    pub fn leave(&self, channel_id: &str, user_id: &str) {
+        self.shared
+            .lock()
+            .channel_members
+            .remove(&(channel_id.to_owned(), user_id.to_owned()));
+    }
+
     /// The direct channel between two users (made on first call).
     pub fn direct_channel(&self, a: &str, b: &str) -> String {
         let mut d = self.shared.lock();
