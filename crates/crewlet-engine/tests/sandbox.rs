@@ -25,41 +25,15 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-fn company(llm: &str, root: &Path, remote: &Path, agent: &Path, mcp_log: &Path) -> Company {
+fn company(llm: &str, root: &Path, mcp_log: &Path) -> Company {
     let yaml = format!(
         r#"name: Code Co
 providers:
   llm:
     fake: {{type: openai-compatible, model: fake-model, base_url: "{llm}"}}
-  sandbox:
-    type: local
-    default_coding_agent: command
-    command: ["/opt/fake-agent/fake-coding-agent"]
-    poll_seconds: 0.05
-    local:
-      containment: bubblewrap
-      state_dir: "{boxes}"
-      network: none
-      memory_mb: 512
-      mounts: ["{agent}:/opt/fake-agent", "{remote}:/srv/remote.git:rw"]
-    setup:
-      - name: git-identity
-        commands:
-          - git config --global user.name "$CREWLET_AGENT_HANDLE"
-          - git config --global user.email "$CREWLET_AGENT_EMAIL"
-        brief: git commits as you.
-turn_engine:
+{sandbox}turn_engine:
   max_concurrent_turns: 4
-mcp_servers:
-  - name: tracker
-    transport: stdio
-    shared: false
-    command: "{bin}"
-    env:
-      FAKE_MCP_LOG: "{log}"
-      FAKE_MCP_TRACKER_TOOLS: "1"
-    startup_timeout_seconds: 30
-roles:
+{tracker}roles:
   - {{name: CTO, handle: cto, manages: [eng]}}
   - name: Engineer
     handle: eng
@@ -69,11 +43,8 @@ roles:
       enabled: true
       mcp: {{servers: [tracker]}}
 "#,
-        boxes = root.join("boxes").display(),
-        agent = agent.display(),
-        remote = remote.display(),
-        bin = fake_mcp_bin().display(),
-        log = mcp_log.display(),
+        sandbox = sandbox_provider_yaml(root),
+        tracker = tracker_yaml(mcp_log),
     );
     Company::from_yaml("code", &yaml).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -123,7 +94,7 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
         "crewlet-sandbox-e2e-{}",
         uuid::Uuid::now_v7().simple()
     ));
-    let (remote, agent) = fixtures(&root, "manager");
+    let (remote, _) = fixtures(&root, "manager");
     let mcp = root.join("tracker.jsonl");
     let llm = FakeLlmServer::start(script())
         .await
@@ -131,20 +102,17 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
     let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
     let stores = Stores::memory();
     let backends = Backends::new(queue.clone(), stores.clone());
-    let engine = EngineBuilder::new(
-        company(&llm.openai_base_url(), &root, &remote, &agent, &mcp),
-        &backends,
-    )
-    .options(EngineOptions {
-        stream_progress: false,
-        env: Arc::new(|name: &str| {
-            (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
-        }),
-        ..EngineOptions::default()
-    })
-    .start()
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let engine = EngineBuilder::new(company(&llm.openai_base_url(), &root, &mcp), &backends)
+        .options(EngineOptions {
+            stream_progress: false,
+            env: Arc::new(|name: &str| {
+                (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
+            }),
+            ..EngineOptions::default()
+        })
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     engine
         .assign(
             "eng",

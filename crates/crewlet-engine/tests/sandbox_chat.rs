@@ -33,46 +33,19 @@ const MR_TOOL: &str = "tracker__create_merge_request";
 const ENGINEER: &str = "# Your seat: Engineer";
 
 fn company(llm: &str, mm: &FakeMattermost, token: &str, root: &Path, ttl: f64) -> Company {
-    let (remote, agent) = (root.join("remote.git"), root.join("agent"));
     let yaml = format!(
         r#"name: Chat Code Co
 providers:
   llm:
     fake: {{type: openai-compatible, model: fake-model, base_url: "{llm}"}}
-  sandbox:
-    type: local
-    default_coding_agent: command
-    command: ["/opt/fake-agent/fake-coding-agent"]
-    poll_seconds: 0.05
-    default_pause_ttl_seconds: 1800
-    local:
-      containment: bubblewrap
-      state_dir: "{boxes}"
-      network: none
-      memory_mb: 512
-      mounts: ["{agent}:/opt/fake-agent", "{remote}:/srv/remote.git:rw"]
-    setup:
-      - name: git-identity
-        commands:
-          - git config --global user.name "$CREWLET_AGENT_HANDLE"
-          - git config --global user.email "$CREWLET_AGENT_EMAIL"
-integrations:
+{sandbox}integrations:
   mattermost:
     enabled: true
     url: "{url}"
     team: acme
 turn_engine:
   max_concurrent_turns: 2
-mcp_servers:
-  - name: tracker
-    transport: stdio
-    shared: false
-    command: "{bin}"
-    env:
-      FAKE_MCP_LOG: "{log}"
-      FAKE_MCP_TRACKER_TOOLS: "1"
-    startup_timeout_seconds: 30
-roles:
+{tracker}roles:
   - name: Founder
     kind: human
     manages: [eng]
@@ -89,12 +62,9 @@ roles:
       enabled: true
       pause_ttl_seconds: {ttl}
 "#,
-        boxes = root.join("boxes").display(),
-        agent = agent.display(),
-        remote = remote.display(),
+        sandbox = sandbox_provider_yaml(root),
+        tracker = tracker_yaml(&root.join("tracker.jsonl")),
         url = mm.url(),
-        bin = fake_mcp_bin().display(),
-        log = root.join("tracker.jsonl").display(),
     );
     Company::from_yaml("chat-code", &yaml).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -109,3 +109,53 @@ pub fn executable(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
+
+/// The `providers.sandbox` block (under `providers:`) of the sandbox e2e
+/// companies: the local backend with the fake agent as the `command`
+/// coding agent, its folder and the git remote mounted, and a setup step
+/// that makes git commit as the seat.
+pub fn sandbox_provider_yaml(root: &Path) -> String {
+    format!(
+        r#"  sandbox:
+    type: local
+    default_coding_agent: command
+    command: ["/opt/fake-agent/fake-coding-agent"]
+    poll_seconds: 0.05
+    default_pause_ttl_seconds: 1800
+    local:
+      containment: bubblewrap
+      state_dir: "{boxes}"
+      network: none
+      memory_mb: 512
+      mounts: ["{agent}:/opt/fake-agent", "{remote}:/srv/remote.git:rw"]
+    setup:
+      - name: git-identity
+        commands:
+          - git config --global user.name "$CREWLET_AGENT_HANDLE"
+          - git config --global user.email "$CREWLET_AGENT_EMAIL"
+        brief: git commits as you.
+"#,
+        boxes = root.join("boxes").display(),
+        agent = root.join("agent").display(),
+        remote = root.join("remote.git").display(),
+    )
+}
+
+/// The `mcp_servers` block: the fake tracker, with its merge request tool,
+/// logging each call to `log`.
+pub fn tracker_yaml(log: &Path) -> String {
+    format!(
+        r#"mcp_servers:
+  - name: tracker
+    transport: stdio
+    shared: false
+    command: "{bin}"
+    env:
+      FAKE_MCP_LOG: "{log}"
+      FAKE_MCP_TRACKER_TOOLS: "1"
+    startup_timeout_seconds: 30
+"#,
+        bin = super::fake_mcp_bin().display(),
+        log = log.display(),
+    )
+}
