@@ -54,9 +54,7 @@ roles:
     let company = Company::from_yaml("mcp company", &yaml).unwrap_or_else(|e| panic!("{e}"));
     let backends = Backends::memory();
     let options = EngineOptions {
-        env: Arc::new(|name: &str| {
-            (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
-        }),
+        env: path_only(),
         ..EngineOptions::default()
     };
     let engine = EngineBuilder::new(company, &backends)

@@ -105,9 +105,7 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
     let engine = EngineBuilder::new(company(&llm.openai_base_url(), &root, &mcp), &backends)
         .options(EngineOptions {
             stream_progress: false,
-            env: Arc::new(|name: &str| {
-                (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
-            }),
+            env: path_only(),
             ..EngineOptions::default()
         })
         .start()
@@ -121,12 +119,8 @@ async fn a_coding_agent_asks_gets_its_answer_pushes_and_the_merge_request_opens(
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    wait_for("the engineer's task to complete", WAIT, || async {
-        events_of(&stores, EventType::TaskCompleted)
-            .await
-            .iter()
-            .any(|e| e.agent_handle() == Some("eng"))
-            .then_some(())
+    wait_for("the engineer's task to complete", WAIT, || {
+        completed_by(&stores, "eng")
     })
     .await;
     engine.shutdown().await;
@@ -272,9 +266,7 @@ async fn a_restarted_engine_picks_up_the_running_coding_agent_instead_of_startin
         start_mcp: false,
         maintenance_interval: None,
         stream_progress: false,
-        env: Arc::new(|name: &str| {
-            (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
-        }),
+        env: path_only(),
         ..EngineOptions::default()
     };
     let org = company.organization();

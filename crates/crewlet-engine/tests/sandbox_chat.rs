@@ -172,9 +172,7 @@ impl World {
                     backoff: vec![Duration::from_millis(100), Duration::from_millis(200)],
                     ..SocketOptions::default()
                 },
-                env: Arc::new(|name: &str| {
-                    (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
-                }),
+                env: path_only(),
                 ..EngineOptions::default()
             })
             .start()
@@ -297,12 +295,8 @@ async fn a_person_answers_the_coding_agent_in_the_thread_and_the_parked_turn_shi
             .assign("eng", "api", "What is 2+2?")
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        wait_for("the side task to complete", WAIT, || async {
-            events_of(&stores, EventType::TaskCompleted)
-                .await
-                .iter()
-                .any(|e| e.agent_handle() == Some("eng"))
-                .then_some(())
+        wait_for("the side task to complete", WAIT, || {
+            completed_by(&stores, "eng")
         })
         .await;
         engine
@@ -495,12 +489,8 @@ async fn a_question_that_cannot_be_posted_goes_back_to_the_turn_instead_of_parki
     // The bot can no longer post in the channel: the question has nowhere to go.
     w.mm.leave(&w.channel, &w.bot);
     std::fs::write(agent.join("go"), "").unwrap_or_else(|e| panic!("{e}"));
-    wait_for("the code task to complete", WAIT, || async {
-        events_of(&w.stores, EventType::TaskCompleted)
-            .await
-            .iter()
-            .any(|e| e.agent_handle() == Some("eng"))
-            .then_some(())
+    wait_for("the code task to complete", WAIT, || {
+        completed_by(&w.stores, "eng")
     })
     .await;
     engine.shutdown().await;

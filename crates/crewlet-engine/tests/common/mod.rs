@@ -236,6 +236,22 @@ pub async fn events_of(
         .unwrap_or_default()
 }
 
+/// `Some(())` once a task of seat `handle` completed (for [`wait_for`]).
+pub async fn completed_by(stores: &crewlet_store::Stores, handle: &str) -> Option<()> {
+    events_of(stores, crewlet_core::EventType::TaskCompleted)
+        .await
+        .iter()
+        .any(|e| e.agent_handle() == Some(handle))
+        .then_some(())
+}
+
+/// An engine environment with the test's `PATH` and nothing else.
+pub fn path_only() -> crewlet_engine::EnvLookup {
+    std::sync::Arc::new(|name: &str| {
+        (name == "PATH").then(|| std::env::var("PATH").unwrap_or_default())
+    })
+}
+
 /// How many of `events` each task has.
 pub fn per_task(events: &[crewlet_core::Event]) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
