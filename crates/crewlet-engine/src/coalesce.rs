@@ -42,10 +42,11 @@ pub(crate) fn conversation_key(event: &Event) -> Option<String> {
         return None;
     }
     let request = TaskRequest::from_event(event).ok()?;
-    key_of(&request)
+    request_key(&request)
 }
 
-fn key_of(r: &TaskRequest) -> Option<String> {
+/// The conversation of a task request, as [`conversation_key`] names it.
+pub(crate) fn request_key(r: &TaskRequest) -> Option<String> {
     if NEVER_MERGED.contains(&r.source.as_str()) {
         return None;
     }
@@ -88,7 +89,7 @@ pub(crate) fn merge(handle: &str, part: &[Delivery]) -> Option<Merged> {
         })
         .collect();
     let (latest_delivery, latest) = read.last()?;
-    let key = key_of(latest).unwrap_or_default();
+    let key = request_key(latest).unwrap_or_default();
     let mut request = latest.clone();
     request.content = digest(&messages);
     request.coalesced = messages.clone();

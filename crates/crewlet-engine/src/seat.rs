@@ -567,18 +567,18 @@ impl InboxHandler {
         // A message in a conversation where this seat's coding agent waits
         // for an answer is that answer: the parked turn goes on with it.
         let resumed = match &self.runtime.sandbox {
-            Some(sandbox) => sandbox.claim_answer(handle, event).await,
+            Some(sandbox) => sandbox.claim_answer(handle, &request).await,
             None => None,
-        };
-        let resumed = resumed.and_then(|original| {
+        }
+        .and_then(|original| {
             let request = TaskRequest::from_event(&original).ok()?;
-            let trigger = crate::task::trigger(&request, &original);
-            Some((original, request, trigger))
+            Some((original, request))
         });
         let (event, request, trigger) = match &resumed {
-            Some((original, request, trigger)) => {
+            Some((original, request)) => {
                 constituents.push(original.id);
-                (original, request.clone(), trigger.clone())
+                let trigger = crate::task::trigger(request, original);
+                (original, request.clone(), trigger)
             }
             None => (&**event, request, trigger),
         };

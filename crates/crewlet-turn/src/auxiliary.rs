@@ -131,13 +131,7 @@ impl Auxiliary {
         warnings: Vec<crewlet_store::BudgetWarning>,
     ) {
         for w in warnings {
-            let payload = crewlet_core::payload::BudgetWarning {
-                budget_type: w.budget_type.as_str().to_owned(),
-                scope: w.scope.clone(),
-                used_tokens: w.used_tokens,
-                max_tokens: w.max_tokens,
-                warn_at: self.company.budget_warn_at,
-            };
+            let payload = crate::budget::warning_payload(&w, self.company.budget_warn_at);
             let trace = call
                 .trace
                 .map_or_else(TraceContext::new_root, |t| t.child());

@@ -54,6 +54,27 @@ impl BudgetLimits {
             warn_at: company.budget_warn_at,
         }
     }
+
+    /// A charge of `tokens` for the seat `agent_id` (`handle`) against
+    /// these caps, in the current period.
+    pub fn charge(&self, agent_id: AgentId, handle: &str, tokens: u64) -> BudgetCharge {
+        let mut c = BudgetCharge::new(agent_id, handle, tokens, self.org_max, self.agent_max);
+        c.units.clone_from(&self.units);
+        c.window = self.period.window(Utc::now());
+        c.warn_at = self.warn_at;
+        c
+    }
+}
+
+/// The `budget_warning` payload of a warning a settlement claimed.
+pub fn warning_payload(w: &BudgetWarning, warn_at: f64) -> crewlet_core::payload::BudgetWarning {
+    crewlet_core::payload::BudgetWarning {
+        budget_type: w.budget_type.as_str().to_owned(),
+        scope: w.scope.clone(),
+        used_tokens: w.used_tokens,
+        max_tokens: w.max_tokens,
+        warn_at,
+    }
 }
 
 /// The least output a hold shrunk to a budget's room still allows; below
@@ -126,18 +147,7 @@ pub struct BudgetGate<'a> {
 
 impl BudgetGate<'_> {
     fn charge_of(&self, tokens: u64) -> BudgetCharge {
-        let l = self.limits;
-        let mut c = BudgetCharge::new(
-            self.agent_id,
-            self.agent_handle,
-            tokens,
-            l.org_max,
-            l.agent_max,
-        );
-        c.units.clone_from(&l.units);
-        c.window = l.period.window(Utc::now());
-        c.warn_at = l.warn_at;
-        c
+        self.limits.charge(self.agent_id, self.agent_handle, tokens)
     }
 
     /// Holds what a call can cost before it is made: `prompt` (its

@@ -74,7 +74,7 @@ mod tool_loop;
 mod usage;
 
 pub use auxiliary::{AuxCall, Auxiliary};
-pub use budget::{BudgetGate, BudgetLimits};
+pub use budget::{BudgetGate, BudgetLimits, warning_payload};
 pub use decisions::{
     Plan, PlanDecision, PlanStep, Review, ReviewDecision, SUBMIT_PLAN, SUBMIT_REVIEW,
     submit_plan_spec, submit_review_spec,

@@ -722,8 +722,14 @@ impl Engine {
                 .push(scheduler.clone().spawn(tick, duties));
         }
         *self.shared.scheduler.lock() = Some(scheduler);
-        if let Some(sandbox) = &self.shared.runtime.sandbox {
-            self.shared.tasks.lock().push(sandbox.spawn_reaper());
+        if let Some(reaper) = self
+            .shared
+            .runtime
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.spawn_reaper())
+        {
+            self.shared.tasks.lock().push(reaper);
         }
         if let Some(every) = options.maintenance_interval {
             let upkeep = Maintenance::new(self.shared.stores.clone())

@@ -5,7 +5,7 @@
 //! collected. A budget already spent refuses the charge (the warning says
 //! so); the lifetime usage still counts it.
 
-use crewlet_store::{BudgetCharge, ReserveOutcome, SandboxRun, TokenLedger};
+use crewlet_store::{BudgetWarning, ReserveOutcome, SandboxRun, TokenLedger};
 use crewlet_turn::BudgetLimits;
 use serde_json::Value;
 use tracing::{debug, warn};
@@ -30,24 +30,30 @@ pub(super) struct Payer {
     pub limits: BudgetLimits,
 }
 
-/// Charges `tokens` of `run` to `payer`'s budgets and lifetime usage.
-pub(super) async fn charge(ledger: &dyn TokenLedger, payer: &Payer, run: &SandboxRun, tokens: u64) {
+/// Charges `tokens` of `run` to `payer`'s budgets and lifetime usage;
+/// returns the budget warnings the charge claimed (to publish).
+pub(super) async fn charge(
+    ledger: &dyn TokenLedger,
+    payer: &Payer,
+    run: &SandboxRun,
+    tokens: u64,
+) -> Vec<BudgetWarning> {
     if tokens == 0 {
-        return;
+        return Vec::new();
     }
-    let l = &payer.limits;
-    let mut c = BudgetCharge::new(payer.agent_id, &run.seat, 0, l.org_max, l.agent_max);
-    c.units.clone_from(&l.units);
-    c.window = l.period.window(chrono::Utc::now());
-    c.warn_at = l.warn_at;
     // A zero hold settled with what was spent: the charge goes in whole,
     // even past a cap (it was spent), and claims the warnings as usual.
-    match ledger.reserve(&c).await {
-        Ok(ReserveOutcome::Reserved(id)) => {
-            if let Err(e) = ledger.settle(id, tokens).await {
-                warn!(agent = %run.seat, run = %run.id, error = %e, "cannot charge the coding agent's tokens to the seat's budgets");
+    let mut warnings = Vec::new();
+    match ledger
+        .reserve(&payer.limits.charge(payer.agent_id, &run.seat, 0))
+        .await
+    {
+        Ok(ReserveOutcome::Reserved(id)) => match ledger.settle(id, tokens).await {
+            Ok(w) => warnings = w,
+            Err(e) => {
+                warn!(agent = %run.seat, run = %run.id, error = %e, "cannot charge the coding agent's tokens to the seat's budgets")
             }
-        }
+        },
         Ok(ReserveOutcome::Refused(r)) => {
             warn!(agent = %run.seat, run = %run.id, tokens, budget = r.budget_type.as_str(),
                   "the seat's budget was already spent; the coding agent's tokens are counted in its usage only");
@@ -60,6 +66,7 @@ pub(super) async fn charge(ledger: &dyn TokenLedger, payer: &Payer, run: &Sandbo
         warn!(agent = %run.seat, run = %run.id, error = %e, "cannot record the coding agent's tokens");
     }
     debug!(agent = %run.seat, run = %run.id, tokens, "coding agent's tokens charged");
+    warnings
 }
 
 #[cfg(test)]
@@ -72,5 +79,46 @@ mod tests {
             "cache_creation_input_tokens": 10, "output_tokens": 25, "service_tier": "standard"});
         assert_eq!(reported_tokens(&usage), 175);
         assert_eq!(reported_tokens(&Value::Null), 0);
+    }
+
+    #[tokio::test]
+    async fn a_charge_past_the_warning_line_claims_the_warning_once_and_over_the_cap_still_counts()
+    {
+        let ledger = crewlet_store::MemoryTokenLedger::new();
+        let payer = Payer {
+            agent_id: crewlet_core::AgentId::for_seat("Code Co", "eng"),
+            limits: BudgetLimits {
+                agent_max: 100,
+                warn_at: 0.8,
+                ..BudgetLimits::default()
+            },
+        };
+        let run = SandboxRun {
+            id: uuid::Uuid::now_v7(),
+            seat: "eng".into(),
+            task_id: "t".into(),
+            turn_id: uuid::Uuid::nil(),
+            call_id: "c".into(),
+            trigger_event: Value::Null,
+            conversation: None,
+            backend: "local".into(),
+            box_id: String::new(),
+            run_id: String::new(),
+            coding_agent: "command".into(),
+            status: crewlet_store::SandboxRunStatus::Completed,
+            question: None,
+            answer: None,
+            result: None,
+            paused_at: None,
+            created_at: chrono::Utc::now(),
+            updated_at: chrono::Utc::now(),
+        };
+        let first = charge(&ledger, &payer, &run, 90).await;
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].used_tokens, 90);
+        // Over the cap: spent, so charged; the warning is not claimed again.
+        assert!(charge(&ledger, &payer, &run, 20).await.is_empty());
+        let usage = ledger.usage().await.unwrap_or_default();
+        assert_eq!(usage.first().map(|u| u.tokens_used), Some(110));
     }
 }

@@ -3,6 +3,7 @@
 //! usage), parking the ones that ask a person.
 
 use crewlet_core::EventType;
+use crewlet_core::payload::EventPayload as _;
 use crewlet_sandbox::{BoxId, RunId, RunState};
 use crewlet_store::{SandboxRun, SandboxRunPatch, SandboxRunStatus};
 use serde_json::json;
@@ -95,8 +96,8 @@ impl SandboxService {
         let result = agent::result(exit, findings, &output.stdout, &output.stderr, question);
         if let Some(to) = audience
             && exit.is_some()
-            && self.parks(run, &to)
-            && self.park(run, &result).await
+            && let Some(request) = self.parks(run, &to)
+            && self.park(run, &request, &result).await
         {
             return;
         }
@@ -144,13 +145,25 @@ impl SandboxService {
             .result
             .as_ref()
             .map_or(&serde_json::Value::Null, |r| &r["usage"]);
-        budget::charge(
+        let warnings = budget::charge(
             self.ledger.as_ref(),
             &seat.payer,
             run,
             budget::reported_tokens(usage),
         )
         .await;
+        for w in warnings {
+            let payload = crewlet_turn::warning_payload(&w, seat.payer.limits.warn_at);
+            let mut event = payload
+                .to_event("engine")
+                .with_summary(format!(
+                    "{} token budget at {} of {}",
+                    w.scope, w.used_tokens, w.max_tokens
+                ))
+                .with_agent_handle(&run.seat);
+            event.task_id = Some(run.task_id.clone());
+            crate::sink::publish_event(self.queue.as_ref(), event).await;
+        }
     }
 
     async fn read_text(&self, id: &BoxId, path: &str) -> Option<String> {

@@ -18,6 +18,8 @@ pub(crate) const OPENCODE_JSON: &str = "/home/user/.config/opencode/opencode.jso
 /// extra arguments of the agent's command line, and the variables to set.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Rendered {
+    /// The servers' names, for the brief.
+    pub names: Vec<String>,
     pub path: &'static str,
     pub contents: String,
     pub args: Vec<String>,
@@ -30,6 +32,7 @@ pub(crate) fn render(agent: CodingAgent, servers: &[McpServerSpec]) -> Option<Re
         return None;
     }
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let names = servers.iter().map(|s| s.name.clone()).collect();
     Some(match agent {
         CodingAgent::Opencode => {
             let mcp: Map<String, Value> = servers
@@ -37,6 +40,7 @@ pub(crate) fn render(agent: CodingAgent, servers: &[McpServerSpec]) -> Option<Re
                 .map(|s| (s.name.clone(), opencode_entry(s)))
                 .collect();
             Rendered {
+                names,
                 path: OPENCODE_JSON,
                 contents: pretty(&json!({
                     "$schema": "https://opencode.ai/config.json",
@@ -52,6 +56,7 @@ pub(crate) fn render(agent: CodingAgent, servers: &[McpServerSpec]) -> Option<Re
                 .map(|s| (s.name.clone(), claude_entry(s)))
                 .collect();
             Rendered {
+                names,
                 path: MCP_JSON,
                 contents: pretty(&json!({"mcpServers": entries})),
                 args: if agent == CodingAgent::ClaudeCode {
@@ -125,6 +130,7 @@ mod tests {
     fn claude_code_gets_a_strict_mcp_config_with_the_seats_credentials() {
         let r = render(CodingAgent::ClaudeCode, &servers()).unwrap_or_else(|| panic!("none"));
         assert_eq!(r.path, MCP_JSON);
+        assert_eq!(r.names, ["tracker", "docs"]);
         assert_eq!(
             r.args,
             ["--mcp-config", MCP_JSON, "--strict-mcp-config"].map(String::from)

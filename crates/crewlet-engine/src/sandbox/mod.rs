@@ -65,8 +65,6 @@ struct SeatSandbox {
     pause_ttl: Duration,
     /// The seat's MCP servers as its coding agent reads them.
     mcp: Option<mcp::Rendered>,
-    /// Their names, for the brief.
-    mcp_names: Vec<String>,
     /// Whose budgets the coding agent's reported tokens are charged to.
     payer: budget::Payer,
     /// The coding agent's model credentials, or why it cannot run.
@@ -131,7 +129,6 @@ impl SandboxService {
                             .ok()
                     })
                     .collect();
-                let mcp_names = servers.iter().map(|s| s.name.clone()).collect();
                 let ttl = if role.pause_ttl_seconds < 0.0 {
                     provider.default_pause_ttl_seconds
                 } else {
@@ -146,7 +143,6 @@ impl SandboxService {
                         name: s.name.clone(),
                         pause_ttl: Duration::from_secs_f64(ttl.max(0.0)),
                         mcp: mcp::render(agent, &servers),
-                        mcp_names,
                         payer: budget::Payer {
                             agent_id: s.agent_id,
                             limits: crewlet_turn::BudgetLimits::of(
@@ -395,10 +391,10 @@ impl SandboxService {
             None => self.new_box(handle, seat).await?,
         };
         let mut environment = briefs;
-        if !seat.mcp_names.is_empty() {
+        if let Some(m) = &seat.mcp {
             environment.push(format!(
                 "MCP servers you can use, as this seat: {}.",
-                seat.mcp_names.join(", ")
+                m.names.join(", ")
             ));
         }
         let brief = agent::brief(task, &environment, handle);

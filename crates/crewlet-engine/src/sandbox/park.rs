@@ -54,21 +54,21 @@ fn question_post(question: &Value) -> String {
 }
 
 impl SandboxService {
-    /// Whether a question for `audience` parks `run`: it is for a person
-    /// (an agent seat is asked by the turn itself, with `a2a_ask`) and the
-    /// seat can post in the conversation the task came from.
-    pub(super) fn parks(&self, run: &SandboxRun, audience: &str) -> bool {
+    /// The task request of `run`'s turn when a question for `audience`
+    /// parks the run: it is for a person (an agent seat is asked by the
+    /// turn itself, with `a2a_ask`) and the seat can post in the
+    /// conversation the task came from.
+    pub(super) fn parks(&self, run: &SandboxRun, audience: &str) -> Option<TaskRequest> {
         let seat = self.seats.get(&run.seat);
         let target = match audience {
             "manager" => seat.and_then(|s| s.manager.clone()),
             "requester" | "team" | "" => None,
             named => Some(named.trim_start_matches('@').to_owned()),
         };
-        if target.is_some_and(|t| self.agents.contains(&t)) {
-            return false;
+        if target.is_some_and(|t| self.agents.contains(&t)) || run.conversation.is_none() {
+            return None;
         }
-        run.conversation.is_some()
-            && trigger_request(run).is_some_and(|r| self.surfaces.can_post(&run.seat, &r))
+        trigger_request(run).filter(|r| self.surfaces.can_post(&run.seat, r))
     }
 
     /// Parks `run`, which ended with a question: posts it, then records
@@ -79,13 +79,14 @@ impl SandboxService {
     /// Posted first: an engine that stops in between posts it again when
     /// it collects the run after its restart, instead of leaving a run
     /// waiting on a question nobody saw.
-    pub(super) async fn park(&self, run: &SandboxRun, result: &Value) -> bool {
+    pub(super) async fn park(
+        &self,
+        run: &SandboxRun,
+        request: &TaskRequest,
+        result: &Value,
+    ) -> bool {
         let text = question_post(&result["question"]);
-        let posted = match trigger_request(run) {
-            Some(request) => self.surfaces.post(&run.seat, &request, &text).await,
-            None => Err("the task's trigger is unreadable".to_owned()),
-        };
-        if let Err(e) = posted {
+        if let Err(e) = self.surfaces.post(&run.seat, request, &text).await {
             warn!(agent = %run.seat, error = %e, "cannot post the coding agent's question; the turn asks it instead");
             return false;
         }
@@ -175,12 +176,13 @@ impl SandboxService {
         }
     }
 
-    /// The inbox event of the turn that `answer` resumes: `handle` has a
-    /// run waiting for an answer in the conversation `answer` came from.
-    /// The run is claimed (at most once) with the answer.
-    pub async fn claim_answer(&self, handle: &str, answer: &Event) -> Option<Event> {
+    /// The inbox event of the turn that `answer` (a task of `handle`)
+    /// resumes: `handle` has a run waiting for an answer in the
+    /// conversation `answer` came from. The run is claimed (at most once)
+    /// with the answer.
+    pub async fn claim_answer(&self, handle: &str, answer: &TaskRequest) -> Option<Event> {
         self.seats.get(handle)?;
-        let key = crate::coalesce::conversation_key(answer)?;
+        let key = crate::coalesce::request_key(answer)?;
         let waiting = match self
             .runs
             .with_status(
@@ -217,11 +219,10 @@ impl SandboxService {
                 return None;
             }
         };
-        let request = TaskRequest::from_event(answer).ok()?;
         let said = crewlet_turn::sanitize::redact_secrets(&format!(
             "{}: {}",
-            request.sender.as_deref().unwrap_or("someone"),
-            request.text()
+            answer.sender.as_deref().unwrap_or("someone"),
+            answer.text()
         ));
         let claimed = self
             .runs
@@ -302,17 +303,23 @@ impl SandboxService {
         reaped
     }
 
-    /// Runs [`reap_parked`](Self::reap_parked) every few seconds.
-    pub fn spawn_reaper(self: &Arc<Self>) -> JoinHandle<()> {
+    /// Runs [`reap_parked`](Self::reap_parked) at a quarter of the
+    /// shortest pause TTL (between the poll interval and a minute); `None`
+    /// when no seat keeps a paused box.
+    pub fn spawn_reaper(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let shortest = self
+            .seats
+            .values()
+            .map(|s| s.pause_ttl)
+            .filter(|t| !t.is_zero())
+            .min()?;
+        let every = (shortest / 4).clamp(self.poll_every(), Duration::from_secs(60));
         let me = self.clone();
-        let every = self
-            .poll_every()
-            .clamp(Duration::from_millis(50), Duration::from_secs(15));
-        tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 me.reap_parked().await;
             }
-        })
+        }))
     }
 }

@@ -7,9 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use crewlet_core::payload::{
     AgentPhaseCompleted, AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, BudgetExhausted,
-    BudgetWarning, EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback,
-    TaskCompleted, TaskFailed, TaskStarted, ToolActivated, ToolSkillBlocked, TriggerSummary,
-    TurnGuardBreach,
+    EffectUncertain, ExecuteMissingTool, LlmUnavailable, ProviderFallback, TaskCompleted,
+    TaskFailed, TaskStarted, ToolActivated, ToolSkillBlocked, TriggerSummary, TurnGuardBreach,
 };
 use crewlet_core::{EventPayload, TraceContext};
 use crewlet_llm::{LlmError, LlmProvider, Usage};
@@ -174,14 +173,7 @@ impl TurnEngine {
     pub(super) async fn report_budget_warnings(&self, pc: &PhaseCtx<'_, '_>) {
         let warnings = std::mem::take(&mut *pc.turn.budget_warnings.lock());
         for w in warnings {
-            let budget_type = w.budget_type.as_str();
-            let payload = BudgetWarning {
-                budget_type: budget_type.to_owned(),
-                scope: w.scope.clone(),
-                used_tokens: w.used_tokens,
-                max_tokens: w.max_tokens,
-                warn_at: self.company.budget_warn_at,
-            };
+            let payload = crate::budget::warning_payload(&w, self.company.budget_warn_at);
             tracing::warn!(agent = %pc.turn.seat.handle, scope = %w.scope, used = w.used_tokens,
                 max = w.max_tokens, "token budget reached its warning threshold");
             let summary = format!(
