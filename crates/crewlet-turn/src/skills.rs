@@ -220,10 +220,6 @@ impl ToolSkill {
             required: self.required,
         }
     }
-
-    fn listed_in(&self, phase: Phase) -> bool {
-        SkillPhase::of(phase).is_some_and(|p| self.phases.contains(&p))
-    }
 }
 
 /// Replaces each `${name}` whose `name` is in `vars` (with a non-empty
@@ -360,23 +356,24 @@ impl ToolSkills {
     /// The skills listed in `phase` whose trigger matches `surface`, in key
     /// order (a stable prompt), with variables substituted.
     pub fn catalogue(&self, phase: Phase, surface: &[Arc<dyn Tool>]) -> Vec<CatalogueEntry> {
-        let vars = self.variables.read();
-        self.skills
-            .read()
-            .values()
-            .filter(|s| s.listed_in(phase) && s.trigger.fires(surface))
-            .map(|s| s.entry(&vars))
-            .collect()
+        self.listed(SkillPhase::of(phase), surface)
     }
 
     /// The skills listed for sub-agents (`phases: [subagent]`) whose
     /// trigger matches `surface`, like [`catalogue`](Self::catalogue).
     pub fn subagent_catalogue(&self, surface: &[Arc<dyn Tool>]) -> Vec<CatalogueEntry> {
+        self.listed(Some(SkillPhase::Subagent), surface)
+    }
+
+    fn listed(&self, phase: Option<SkillPhase>, surface: &[Arc<dyn Tool>]) -> Vec<CatalogueEntry> {
+        let Some(phase) = phase else {
+            return Vec::new();
+        };
         let vars = self.variables.read();
         self.skills
             .read()
             .values()
-            .filter(|s| s.phases.contains(&SkillPhase::Subagent) && s.trigger.fires(surface))
+            .filter(|s| s.phases.contains(&phase) && s.trigger.fires(surface))
             .map(|s| s.entry(&vars))
             .collect()
     }

@@ -36,6 +36,8 @@ use uuid::Uuid;
 pub use outcome::{FailureReason, GuardKind, PhaseRecord, TurnDecision, TurnFailure, TurnOutcome};
 
 use self::ctx::{TurnCtx, TurnState};
+// A token count as a span field (`u64` fields are exported as strings).
+use crate::tool_loop::i64_of;
 use crate::{
     CompanyProfile, EventSink, NoRecall, Recall, SeatProfile, ToolRegistry, ToolSkills, Trigger,
     UsageSummary, UsageTracker,
@@ -404,9 +406,6 @@ fn join_trigger_trace(span: &Span, trigger: Option<TraceContext>) {
         tracing::debug!(error = %e, "turn span not joined to the trigger's trace");
     }
 }
-
-/// A token count as a span field (`u64` fields are exported as strings).
-use crate::tool_loop::i64_of;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
