@@ -1,0 +1,1 @@
+//! Crewlet's outbound connections, built in one place.
