@@ -27,9 +27,19 @@ pub struct RoleSandbox {
     /// its box, with the seat's `mcp_env` credentials.
     #[serde(default)]
     pub mcp: SandboxMcp,
-    /// Environment of the sandbox.
+    /// Environment of the sandbox. Crewlet: set as given (`${VAR}`
+    /// resolved) in every box of the seat; a model key or base URL put here
+    /// is the seat's own and wins over `model_key` for its vendor.
     #[serde(default)]
     pub env: IndexMap<String, String>,
+    /// Crewlet: how the seat's coding agent reaches its model: `proxy`
+    /// (through the engine's model proxy with a per-run token; the real key
+    /// stays outside the box), `raw` (the seat's real model key and base
+    /// URL are put in the box, where anything the agent runs can read
+    /// them), `none` (no model variables); empty: the provider's
+    /// `model_key`.
+    #[serde(default)]
+    pub model_key: ModelKeyChoice,
     /// Steps run when the seat's sandbox starts.
     #[serde(default)]
     pub setup: Vec<SetupStep>,
@@ -52,6 +62,65 @@ pub enum CodingAgentChoice {
     /// Crewlet: the provider's `command`.
     #[serde(rename = "command")]
     Command,
+}
+
+/// A seat's model access, or the provider's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ModelKeyChoice {
+    #[default]
+    #[serde(rename = "")]
+    Default,
+    /// Through the engine's model proxy, with a per-run token.
+    #[serde(rename = "proxy")]
+    Proxy,
+    /// The seat's real key and base URL enter the box.
+    #[serde(rename = "raw")]
+    Raw,
+    /// No model variables enter the box.
+    #[serde(rename = "none")]
+    None,
+}
+
+/// How coding agents reach their model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKey {
+    /// Through the engine's model proxy with a per-run token, where the box
+    /// can reach it (a local box on the host network); elsewhere no model
+    /// variables enter the box.
+    #[default]
+    Proxy,
+    /// The seat's real key and base URL enter the box (an explicit opt-in:
+    /// anything the coding agent runs can read and send them).
+    Raw,
+    /// No model variables enter the box.
+    None,
+}
+
+/// Crewlet: the engine's model proxy, the coding agents' way to their
+/// model without the real key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelProxy {
+    /// Loopback address the proxy listens on.
+    #[serde(default = "default_proxy_bind")]
+    pub bind: String,
+    /// Port the proxy listens on; 0: a free one chosen at start.
+    #[serde(default)]
+    pub port: u16,
+}
+
+impl Default for ModelProxy {
+    fn default() -> Self {
+        Self {
+            bind: default_proxy_bind(),
+            port: 0,
+        }
+    }
+}
+
+fn default_proxy_bind() -> String {
+    "127.0.0.1".into()
 }
 
 /// Which of the seat's MCP servers the sandbox gets.
@@ -146,6 +215,13 @@ pub struct SandboxProvider {
     #[serde(default = "default_poll")]
     #[schemars(range(min = 0.01))]
     pub poll_seconds: f64,
+    /// Crewlet: how coding agents of seats that name none reach their
+    /// model (see `role.sandbox.model_key`).
+    #[serde(default)]
+    pub model_key: ModelKey,
+    /// Crewlet: where the engine's model proxy listens.
+    #[serde(default)]
+    pub model_proxy: ModelProxy,
 }
 
 fn default_poll() -> f64 {

@@ -3,9 +3,12 @@
 //! cannot read, and seats that enable a sandbox no provider serves.
 
 use super::Company;
-use super::later::{CodingAgent, CodingAgentChoice, Containment, SandboxKind};
+use super::later::{
+    CodingAgent, CodingAgentChoice, Containment, ModelKey, ModelKeyChoice, SandboxKind,
+    SandboxProvider,
+};
 use crate::check::Finding;
-use crate::organization::Organization;
+use crate::organization::{Organization, Seat};
 use crate::yaml::YamlPath;
 
 pub(crate) fn check(company: &Company, org: &Organization, out: &mut Vec<Finding>) {
@@ -81,6 +84,7 @@ pub(crate) fn check(company: &Company, org: &Organization, out: &mut Vec<Finding
             "the `command` coding agent needs `providers.sandbox.command` (its command line)",
         ));
     }
+    model_key(p, &wants, &at, out);
     for seat in wants {
         let Some(role) = seat.role.sandbox.as_ref() else {
             continue;
@@ -93,6 +97,64 @@ pub(crate) fn check(company: &Company, org: &Organization, out: &mut Vec<Finding
                     format!("MCP server `{name}` is not defined in mcp_servers"),
                 ));
             }
+        }
+    }
+}
+
+/// The model proxy's address, and seats whose boxes cannot reach it and
+/// so get no model key.
+fn model_key(
+    p: &SandboxProvider,
+    wants: &[&std::sync::Arc<Seat>],
+    at: &YamlPath,
+    out: &mut Vec<Finding>,
+) {
+    let bind = &p.model_proxy.bind;
+    if !bind
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+    {
+        out.push(Finding::new(
+            at.key("model_proxy").key("bind"),
+            format!("`{bind}` is not a loopback address (e.g. 127.0.0.1): the model proxy listens on loopback only"),
+        ));
+    }
+    let unreachable = match p.kind {
+        SandboxKind::E2b => Some("E2B boxes run remotely and cannot reach the engine's model proxy"),
+        SandboxKind::Local if p.local.as_ref().is_some_and(|l| l.network == "none") => {
+            Some("boxes with `local.network: none` reach no network, the model proxy included")
+        }
+        _ => None,
+    };
+    let Some(why) = unreachable else {
+        return;
+    };
+    for seat in wants {
+        let Some(role) = seat.role.sandbox.as_ref() else {
+            continue;
+        };
+        let mode = match role.model_key {
+            ModelKeyChoice::Default => p.model_key,
+            ModelKeyChoice::Proxy => ModelKey::Proxy,
+            ModelKeyChoice::Raw => ModelKey::Raw,
+            ModelKeyChoice::None => ModelKey::None,
+        };
+        let own = [
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+        ]
+        .iter()
+        .any(|k| role.env.contains_key(*k));
+        if mode == ModelKey::Proxy && !own {
+            let path = YamlPath::parse(&seat.yaml_path).unwrap_or_default();
+            out.push(Finding::warning(
+                path.key("sandbox"),
+                format!(
+                    "{why}: seat `{}`'s coding agent gets no model key; set `model_key: raw` to put the seat's real key in its boxes, or give credentials in `sandbox.env`",
+                    seat.handle
+                ),
+            ));
         }
     }
 }
@@ -165,5 +227,41 @@ mod tests {
             "name: C\nproviders:\n  sandbox:\n    type: local\n    default_coding_agent: command\n    command: [/opt/a]\n    local: {containment: bubblewrap, mounts: [\"/opt/a:/opt/a\", \"/srv/r:/srv/r:rw\"]}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n",
         );
         assert!(good.is_empty(), "{good:?}");
+    }
+
+    #[test]
+    fn a_box_that_cannot_reach_the_model_proxy_and_a_public_proxy_address_are_named() {
+        let e2b = findings(
+            "name: C\nproviders:\n  sandbox: {type: e2b, api_key: k}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n  - {name: F, handle: f, sandbox: {enabled: true, model_key: raw}}\n  - {name: G, handle: g, sandbox: {enabled: true, env: {CLAUDE_CODE_OAUTH_TOKEN: t}}}\n",
+        );
+        assert_eq!(e2b.len(), 1, "{e2b:?}");
+        assert!(
+            e2b[0].starts_with("roles[0].sandbox: E2B") && e2b[0].contains("model_key: raw"),
+            "{e2b:?}"
+        );
+        let offline = findings(
+            "name: C\nproviders:\n  sandbox:\n    type: local\n    model_proxy: {bind: 0.0.0.0}\n    local: {containment: bubblewrap, network: none}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n",
+        );
+        assert!(
+            offline
+                .iter()
+                .any(|f| f.starts_with("providers.sandbox.model_proxy.bind") && f.contains("loopback")),
+            "{offline:?}"
+        );
+        assert!(
+            offline
+                .iter()
+                .any(|f| f.starts_with("roles[0].sandbox: boxes with `local.network: none`")),
+            "{offline:?}"
+        );
+        let bad_value = crate::check_company_report(
+            "t",
+            "name: C\nproviders:\n  sandbox: {type: local, local: {containment: bubblewrap}}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true, model_key: yes}}\n",
+        );
+        let errors = bad_value.result.err().unwrap_or_default();
+        assert!(
+            errors.iter().any(|p| p.path.contains("model_key")),
+            "{errors:?}"
+        );
     }
 }
