@@ -34,9 +34,9 @@ mod yaml;
 mod zone;
 
 pub use bootstrap::{
-    ApiAuth, ApiConfig, ApiConnections, ApiToken, Bootstrap, BootstrapProviders, DatabaseConfig,
-    ENV_PREFIX, ENV_SEPARATOR, LogFormat, NodeConfig, NodeRole, Observability, QueueConfig,
-    QueueKind, check_bootstrap,
+    AnonymousAccess, AnonymousRead, ApiAuth, ApiConfig, ApiConnections, ApiToken, Bootstrap,
+    BootstrapProviders, DatabaseConfig, ENV_PREFIX, ENV_SEPARATOR, LogFormat, NodeConfig, NodeRole,
+    Observability, QueueConfig, QueueKind, check_bootstrap, is_loopback_host,
 };
 pub use company::validate::{CompanyReport, check_company, check_company_report};
 pub use company::{

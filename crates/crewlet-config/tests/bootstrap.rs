@@ -25,7 +25,7 @@ fn an_empty_file_is_the_embedded_default() {
     assert_eq!(b, Bootstrap::default());
     assert!(b.providers.queue.is_none() && b.providers.database.is_none());
     assert_eq!((b.api.host.as_str(), b.api.port), ("127.0.0.1", 0));
-    assert!(b.api.auth.allow_anonymous_read);
+    assert_eq!(b.api.auth.allow_anonymous_read, None);
     assert_eq!(b.observability.log_format, LogFormat::Auto);
 }
 
@@ -237,4 +237,100 @@ fn validation_reads_no_environment() {
         assert_eq!(b.api.port, 8000);
         Ok(())
     });
+}
+
+#[test]
+fn anonymous_reads_on_a_public_bind_need_the_value_that_names_the_risk() {
+    use crewlet_config::{AnonymousAccess, AnonymousRead};
+    let problem = |text: &str| {
+        check_bootstrap("config.yaml", text)
+            .err()
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    // `true` on 0.0.0.0: refused, at the line of the value.
+    let got = problem("api:\n  host: 0.0.0.0\n  auth:\n    allow_anonymous_read: true\n");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("config.yaml:4:") && got[0].contains("anyone_on_the_network"),
+        "{got:?}"
+    );
+    // Content to anonymous readers on a public bind: refused, with its line.
+    let got = problem(
+        "api:\n  host: 10.0.0.5\n  port: 8000\n  auth:\n    allow_anonymous_read: content\n",
+    );
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("config.yaml:5:") && got[0].contains("read:content"),
+        "{got:?}"
+    );
+    // A value that is none of the four names them all.
+    let got = problem("api:\n  auth:\n    allow_anonymous_read: yes\n");
+    assert!(
+        got.len() == 1 && got[0].contains("`true`, `false`, `anyone_on_the_network`, `content`"),
+        "{got:?}"
+    );
+    // The explicit opt-in, `false`, loopback `true` and loopback `content` are fine.
+    for (text, want) in [
+        (
+            "api:\n  host: 0.0.0.0\n  auth:\n    allow_anonymous_read: anyone_on_the_network\n",
+            AnonymousAccess::Metadata,
+        ),
+        (
+            "api:\n  host: 0.0.0.0\n  auth:\n    allow_anonymous_read: false\n",
+            AnonymousAccess::None,
+        ),
+        ("api:\n  host: 0.0.0.0\n", AnonymousAccess::None),
+        ("api:\n  host: 127.0.0.1\n", AnonymousAccess::Metadata),
+        (
+            "api:\n  host: ::1\n  auth:\n    allow_anonymous_read: true\n",
+            AnonymousAccess::Metadata,
+        ),
+        (
+            "api:\n  host: localhost\n  auth:\n    allow_anonymous_read: content\n",
+            AnonymousAccess::Content,
+        ),
+    ] {
+        let b = check_bootstrap("config.yaml", text).unwrap_or_else(|p| panic!("{text}: {p:?}"));
+        assert_eq!(b.api.auth.anonymous_access(&b.api.host), Ok(want), "{text}");
+    }
+    // A listener chosen at start (`--host`) is checked the same way.
+    let auth = crewlet_config::ApiAuth {
+        allow_anonymous_read: Some(AnonymousRead::Loopback),
+        ..Default::default()
+    };
+    assert!(auth.anonymous_access("192.168.1.4").is_err());
+    assert_eq!(
+        auth.anonymous_access("[::1]"),
+        Ok(AnonymousAccess::Metadata)
+    );
+}
+
+#[test]
+fn scopes_nest_and_an_unscoped_token_keeps_every_power() {
+    use crewlet_config::{ApiToken, Scope};
+    let admin = ApiToken::new("a", "t").with_scopes([Scope::Admin]);
+    let operate = ApiToken::new("o", "t").with_scopes([Scope::Operate]);
+    let content = ApiToken::new("c", "t").with_scopes([Scope::ReadContent]);
+    let read = ApiToken::new("r", "t").with_scopes([Scope::Read]);
+    let unscoped = ApiToken::new("u", "t");
+    for s in Scope::ALL {
+        assert!(admin.grants(s), "admin grants {s}");
+        assert!(unscoped.grants(s), "unset scopes grant {s}");
+    }
+    assert!(operate.grants(Scope::ReadContent) && operate.grants(Scope::Read));
+    assert!(!operate.grants(Scope::Admin));
+    assert!(content.grants(Scope::Read) && !content.grants(Scope::Operate));
+    assert!(read.grants(Scope::Read) && !read.grants(Scope::ReadContent));
+    let parsed = check_bootstrap(
+        "config.yaml",
+        "api:\n  auth:\n    tokens:\n      - {id: dash, token: x, scopes: ['read:content']}\n",
+    )
+    .unwrap_or_else(|p| panic!("{p:?}"));
+    assert_eq!(
+        parsed.api.auth.tokens[0].scopes.as_deref(),
+        Some(&[Scope::ReadContent][..])
+    );
 }

@@ -81,7 +81,10 @@ fn quickstart_bootstrap_is_the_embedded_setup() {
     assert!(b.providers.queue.is_none());
     assert!(b.providers.database.is_none());
     assert_eq!((b.api.host.as_str(), b.api.port), ("127.0.0.1", 8000));
-    assert!(b.api.auth.allow_anonymous_read);
+    assert_eq!(
+        b.api.auth.allow_anonymous_read,
+        Some(crewlet_config::AnonymousRead::Loopback)
+    );
 }
 
 #[test]
@@ -203,7 +206,10 @@ fn acme_bootstrap_uses_pulsar_and_postgres() {
         .unwrap_or_else(|| panic!("no database"));
     assert_eq!(db.embedding_dim, 1536);
     assert_eq!(b.api.auth.tokens.len(), 2);
-    assert!(!b.api.auth.allow_anonymous_read);
+    assert_eq!(
+        b.api.auth.allow_anonymous_read,
+        Some(crewlet_config::AnonymousRead::Refused)
+    );
 }
 
 #[test]

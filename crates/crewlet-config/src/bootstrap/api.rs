@@ -1,7 +1,12 @@
 //! `api`: the HTTP listener, its connection limits and its bearer tokens.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::fmt;
+use std::net::IpAddr;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::security::Scope;
 
@@ -94,9 +99,14 @@ pub struct ApiAuth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "Crewlet always checks tokens on writes and /config"))]
     pub disabled: Option<bool>,
-    /// Let reads through without a token.
-    #[serde(default = "default_true")]
-    pub allow_anonymous_read: bool,
+    /// Who may read without a token. Unset: metadata reads (no prompts,
+    /// responses or other content) on a loopback listener, none on any
+    /// other. `true`: the same, but a listener that is not loopback refuses
+    /// to start. `false`: every read needs a token. `anyone_on_the_network`:
+    /// metadata reads for anyone who can reach the port, on any listener.
+    /// `content`: content too, without a token; loopback listeners only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_anonymous_read: Option<AnonymousRead>,
     /// Origins allowed by CORS (e.g. `https://dash.example.com`); empty = same origin only.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
@@ -107,14 +117,146 @@ impl Default for ApiAuth {
         Self {
             tokens: Vec::new(),
             disabled: None,
-            allow_anonymous_read: true,
+            allow_anonymous_read: None,
             allowed_origins: Vec::new(),
         }
     }
 }
 
-fn default_true() -> bool {
-    true
+/// `api.auth.allow_anonymous_read`: `true`, `false`,
+/// `anyone_on_the_network` or `content`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnonymousRead {
+    /// `false`: every read needs a token.
+    Refused,
+    /// `true`: metadata reads without a token, on a loopback listener only.
+    Loopback,
+    /// `anyone_on_the_network`: metadata reads without a token on any
+    /// listener; the operator accepts that anyone who reaches the port sees
+    /// the seats, their states, event types and token figures.
+    AnyoneOnTheNetwork,
+    /// `content`: prompts, responses and every other content without a
+    /// token, on a loopback listener only (never on a public bind).
+    Content,
+}
+
+impl AnonymousRead {
+    const NETWORK: &'static str = "anyone_on_the_network";
+    const CONTENT: &'static str = "content";
+
+    /// How the value is written in the bootstrap.
+    pub fn as_yaml(self) -> &'static str {
+        match self {
+            AnonymousRead::Refused => "false",
+            AnonymousRead::Loopback => "true",
+            AnonymousRead::AnyoneOnTheNetwork => Self::NETWORK,
+            AnonymousRead::Content => Self::CONTENT,
+        }
+    }
+}
+
+impl Serialize for AnonymousRead {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AnonymousRead::Refused => s.serialize_bool(false),
+            AnonymousRead::Loopback => s.serialize_bool(true),
+            other => s.serialize_str(other.as_yaml()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AnonymousRead {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = AnonymousRead;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    "true, false, `{}` or `{}`",
+                    AnonymousRead::NETWORK,
+                    AnonymousRead::CONTENT
+                )
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<AnonymousRead, E> {
+                Ok(if v {
+                    AnonymousRead::Loopback
+                } else {
+                    AnonymousRead::Refused
+                })
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AnonymousRead, E> {
+                match v {
+                    "true" => Ok(AnonymousRead::Loopback),
+                    "false" => Ok(AnonymousRead::Refused),
+                    AnonymousRead::NETWORK => Ok(AnonymousRead::AnyoneOnTheNetwork),
+                    AnonymousRead::CONTENT => Ok(AnonymousRead::Content),
+                    other => Err(E::invalid_value(de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for AnonymousRead {
+    fn schema_name() -> Cow<'static, str> {
+        "AnonymousRead".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Who may read without a token.",
+            "oneOf": [
+                {"type": "boolean", "description": "true: metadata reads without a token on a loopback listener (a listener that is not loopback refuses to start); false: every read needs a token"},
+                {"const": AnonymousRead::NETWORK, "type": "string", "description": "metadata reads without a token for anyone who can reach the port, on any listener"},
+                {"const": AnonymousRead::CONTENT, "type": "string", "description": "content too (prompts, responses, memory, ...) without a token; loopback listeners only"}
+            ]
+        })
+    }
+}
+
+/// What a caller without a token may read on one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnonymousAccess {
+    /// Nothing: reads need a token.
+    None,
+    /// Metadata: content fields are left out.
+    Metadata,
+    /// Everything a `read:content` token reads.
+    Content,
+}
+
+/// Whether `host` (an address or `localhost`, brackets allowed) is a
+/// loopback address.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim().trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+impl ApiAuth {
+    /// What anonymous callers may read on a listener at `host`, or why this
+    /// bootstrap must not serve there (the message names the fix).
+    pub fn anonymous_access(&self, host: &str) -> Result<AnonymousAccess, String> {
+        let loopback = is_loopback_host(host);
+        match self.allow_anonymous_read {
+            None if loopback => Ok(AnonymousAccess::Metadata),
+            None => Ok(AnonymousAccess::None),
+            Some(AnonymousRead::Refused) => Ok(AnonymousAccess::None),
+            Some(AnonymousRead::Loopback) if loopback => Ok(AnonymousAccess::Metadata),
+            Some(AnonymousRead::Loopback) => Err(format!(
+                "allow_anonymous_read: true on `{host}`, which is not a loopback address: anyone who can reach the port would read without a token. Bind to 127.0.0.1, or set `allow_anonymous_read: {}` to accept that anyone on the network reads metadata (never content), or `false` and give readers tokens",
+                AnonymousRead::NETWORK
+            )),
+            Some(AnonymousRead::AnyoneOnTheNetwork) => Ok(AnonymousAccess::Metadata),
+            Some(AnonymousRead::Content) if loopback => Ok(AnonymousAccess::Content),
+            Some(AnonymousRead::Content) => Err(format!(
+                "allow_anonymous_read: content on `{host}`, which is not a loopback address, would give prompts, responses and memory to anyone who can reach the port; content is only ever anonymous on loopback. Give readers a token with `read:content`, or use `{}` for metadata only",
+                AnonymousRead::NETWORK
+            )),
+        }
+    }
 }
 
 /// One API bearer token.
@@ -127,10 +269,12 @@ pub struct ApiToken {
     /// The secret, usually a `${VAR}` reference or set through the environment.
     #[schemars(length(min = 1))]
     pub token: String,
-    /// What the token may do: `read`, `operate` (tasks and budgets),
-    /// `admin` (the company configuration). `operate` and `admin` include
-    /// `read`. Unset: every scope, with a warning at start (deprecated; list
-    /// the scopes).
+    /// What the token may do: `read` (metadata reads), `read:content`
+    /// (reads with prompts, responses, memory and other content), `operate`
+    /// (tasks and budgets), `admin` (the company configuration). Scopes
+    /// nest: `admin` includes `operate`, which includes `read:content`,
+    /// which includes `read`. Unset: every scope, with a warning at start
+    /// (deprecated; list the scopes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub scopes: Option<Vec<Scope>>,
@@ -152,11 +296,12 @@ impl ApiToken {
         self
     }
 
-    /// Whether the token may do what `scope` covers.
+    /// Whether the token may do what `scope` covers (scopes nest: see
+    /// [`Scope::includes`]).
     pub fn grants(&self, scope: Scope) -> bool {
         match &self.scopes {
             None => true,
-            Some(list) => list.contains(&scope) || (scope == Scope::Read && !list.is_empty()),
+            Some(list) => list.iter().any(|held| held.includes(scope)),
         }
     }
 }

@@ -146,11 +146,18 @@ impl Bootstrap {
                 out.push(Finding::new(
                     at,
                     format!(
-                        "token `{}` has no scopes and could do nothing: list read, operate and/or admin",
+                        "token `{}` has no scopes and could do nothing: list read, read:content, operate and/or admin",
                         t.id
                     ),
                 ));
             }
+        }
+        if let Err(reason) = self.api.auth.anonymous_access(&self.api.host) {
+            let at = YamlPath::root()
+                .key("api")
+                .key("auth")
+                .key("allow_anonymous_read");
+            out.push(Finding::new(at, reason));
         }
         out.extend(
             self.security

@@ -11,7 +11,9 @@ mod load;
 mod observability;
 mod providers;
 
-pub use api::{ApiAuth, ApiConfig, ApiConnections, ApiToken};
+pub use api::{
+    AnonymousAccess, AnonymousRead, ApiAuth, ApiConfig, ApiConnections, ApiToken, is_loopback_host,
+};
 pub use load::check_bootstrap;
 pub use observability::{LogFormat, Observability};
 pub use providers::{BootstrapProviders, DatabaseConfig, QueueConfig, QueueKind};

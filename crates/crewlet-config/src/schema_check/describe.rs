@@ -22,6 +22,12 @@ impl Walk<'_> {
             out.extend(values.iter().filter(|v| !v.is_null()).map(show_value));
             return true;
         }
+        // A plain boolean beside string values (`true`, `false`, `word`):
+        // its two values are listed with theirs.
+        if schema.get("type").and_then(Value::as_str) == Some("boolean") {
+            out.extend([true, false].map(|b| show_value(&Value::Bool(b))));
+            return true;
+        }
         if let Some(Value::Array(branches)) = schema.get("anyOf").or_else(|| schema.get("oneOf")) {
             return branches.iter().all(|b| self.enum_values(b, out));
         }
