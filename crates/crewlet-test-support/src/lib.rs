@@ -36,6 +36,10 @@
 //! [`gitlab`] (feature `gitlab`) is a fake GitLab REST API on 127.0.0.1:
 //! users, groups, projects, members, personal access tokens and hooks,
 //! with a request log, and note-hook deliveries to the registered hooks.
+//!
+//! [`network`] (feature `network`) is a corporate network on loopback: a
+//! private CA made per test, a TLS front for any local server, and a
+//! `CONNECT` proxy that records its targets.
 
 pub mod fake_cli_agent;
 #[cfg(feature = "fake-llm")]
@@ -71,3 +75,6 @@ pub mod plane;
 
 #[cfg(feature = "gitlab")]
 pub mod gitlab;
+
+#[cfg(feature = "network")]
+pub mod network;
