@@ -12,7 +12,9 @@
 mod bwrap;
 mod cgroup;
 mod layout;
+mod limits;
 mod process;
+mod rlimit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -23,7 +25,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::io::AsyncReadExt;
 
-use self::cgroup::{BoxCgroup, CgroupHost};
+pub use self::limits::{Enforcement, LimitPolicy};
+use self::cgroup::BoxCgroup;
+use self::limits::Limiter;
 use self::layout::{BoxDir, BoxMeta, RunMeta};
 use crate::{
     BoxId, BoxSpec, Exec, ExecOutput, HOME, Network, Result, RunId, RunOutput, RunState, Sandbox,
@@ -39,6 +43,13 @@ pub struct LocalOptions {
     pub bwrap: PathBuf,
     /// Host paths every box gets (a toolchain, a coding agent's install).
     pub mounts: Vec<Mount>,
+    /// On a cgroup v2 host, the delegated directory boxes are made under;
+    /// `None`: the engine's own cgroup.
+    pub cgroup_root: Option<PathBuf>,
+    /// What enforces limits (cgroups by default; rlimits only on request).
+    pub limits: LimitPolicy,
+    /// Under rlimits, the CPU seconds each process of a box may use.
+    pub rlimit_cpu_seconds: u64,
 }
 
 /// A host path mounted into every box.
@@ -91,6 +102,9 @@ impl LocalOptions {
             state_dir: state_dir.into(),
             bwrap: PathBuf::from("bwrap"),
             mounts: Vec::new(),
+            cgroup_root: None,
+            limits: LimitPolicy::Cgroups,
+            rlimit_cpu_seconds: 3600,
         }
     }
 }
@@ -98,16 +112,19 @@ impl LocalOptions {
 /// Boxes on this host.
 pub struct LocalSandbox {
     opts: LocalOptions,
-    cgroups: Option<CgroupHost>,
-    cgroup_error: Option<String>,
+    limiter: Limiter,
     /// Box environments (credentials): memory only, never disk.
     envs: Mutex<HashMap<BoxId, BTreeMap<String, String>>>,
+    /// Launchers (process group leaders) of the foreground commands running
+    /// now, per box: without a cgroup, how a pause finds them.
+    foreground: Mutex<HashMap<BoxId, Vec<i32>>>,
 }
 
 impl LocalSandbox {
     /// Checks the host (bubblewrap runs, cgroups are writable) and makes the
-    /// state directory. Without writable cgroups the backend still works for
-    /// boxes that ask for no limits, and says why for those that do.
+    /// state directory. Without writable cgroups (and without the rlimit
+    /// opt-in) the backend still works for boxes that ask for no limits, and
+    /// says why for those that do.
     pub async fn new(opts: LocalOptions) -> Result<Self> {
         let probe = tokio::process::Command::new(&opts.bwrap)
             .arg("--version")
@@ -133,21 +150,46 @@ impl LocalSandbox {
         }
         std::fs::create_dir_all(&opts.state_dir)
             .map_err(|e| SandboxError::io(&opts.state_dir, e))?;
-        let (cgroups, cgroup_error) = match CgroupHost::detect() {
-            Ok(c) => (Some(c), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
+        let limiter = Limiter::detect(
+            opts.limits,
+            opts.cgroup_root.as_deref(),
+            opts.rlimit_cpu_seconds,
+        );
         Ok(Self {
             opts,
-            cgroups,
-            cgroup_error,
+            limiter,
             envs: Mutex::new(HashMap::new()),
+            foreground: Mutex::new(HashMap::new()),
         })
     }
 
-    /// True when this host can enforce limits.
+    /// True when this host can enforce limits (cgroups, or rlimits where
+    /// the options allow them).
     pub fn enforces_limits(&self) -> bool {
-        self.cgroups.is_some()
+        self.limiter.enforces()
+    }
+
+    /// What enforces the limits here (for the start log).
+    pub fn enforcement(&self) -> Enforcement {
+        self.limiter.enforcement()
+    }
+
+    /// The launchers of a box's commands still running: its detached runs'
+    /// (a recorded pid is taken only while its command line still names
+    /// this box, since an ended run's pid may be reused) and its foreground
+    /// commands'.
+    fn launchers(&self, id: &BoxId, dir: &BoxDir) -> Vec<i32> {
+        let mut roots: Vec<i32> = dir
+            .run_ids()
+            .iter()
+            .filter_map(|r| dir.load_run(r).ok().flatten())
+            .map(|r| r.pgid)
+            .filter(|pgid| *pgid > 1 && process::cmdline_mentions(*pgid, &dir.root))
+            .collect();
+        if let Some(fg) = self.foreground.lock().get(id) {
+            roots.extend(fg.iter().copied());
+        }
+        roots
     }
 
     fn dir(&self, id: &BoxId) -> Result<BoxDir> {
@@ -192,6 +234,7 @@ impl LocalSandbox {
             None => Vec::new(),
         };
         let cwd = cmd.cwd.clone().unwrap_or_else(|| WORKSPACE.to_owned());
+        let argv = self.limiter.argv(meta, argv);
         let mut c = tokio::process::Command::new("/bin/sh");
         c.arg("-c")
             .arg(LAUNCHER)
@@ -204,13 +247,43 @@ impl LocalSandbox {
                 meta.network,
                 &self.opts.mounts,
                 &cwd,
-                argv,
+                &argv,
             ))
             .env_clear()
             .envs(env)
             .process_group(0)
             .stdin(Stdio::null());
         Ok(c)
+    }
+}
+
+/// A foreground command's launcher, listed with its box while it runs.
+struct Foreground<'a> {
+    map: &'a Mutex<HashMap<BoxId, Vec<i32>>>,
+    id: BoxId,
+    pgid: i32,
+}
+
+impl<'a> Foreground<'a> {
+    fn track(map: &'a Mutex<HashMap<BoxId, Vec<i32>>>, id: &BoxId, pgid: i32) -> Self {
+        map.lock().entry(id.clone()).or_default().push(pgid);
+        Self {
+            map,
+            id: id.clone(),
+            pgid,
+        }
+    }
+}
+
+impl Drop for Foreground<'_> {
+    fn drop(&mut self) {
+        let mut map = self.map.lock();
+        if let Some(list) = map.get_mut(&self.id) {
+            list.retain(|p| *p != self.pgid);
+            if list.is_empty() {
+                map.remove(&self.id);
+            }
+        }
     }
 }
 
@@ -284,19 +357,7 @@ impl Sandbox for LocalSandbox {
 
     async fn create(&self, spec: &BoxSpec) -> Result<BoxId> {
         let id = BoxId(new_id("sbx"));
-        let cgroup: Option<BoxCgroup> = match (&self.cgroups, spec.limits.any()) {
-            (Some(host), true) => Some(host.make_box(&id.0, &spec.limits)?),
-            // Without limits a cgroup is still how a box is killed and paused.
-            (Some(host), false) => Some(host.make_box(&id.0, &crate::Limits::none())?),
-            (None, true) => {
-                return Err(SandboxError::Unavailable(
-                    self.cgroup_error
-                        .clone()
-                        .unwrap_or_else(|| "resource limits: no cgroups".into()),
-                ));
-            }
-            (None, false) => None,
-        };
+        let cgroup: Option<BoxCgroup> = self.limiter.make_box(&id.0, &spec.limits)?;
         let meta = BoxMeta {
             id: id.0.clone(),
             created_at: chrono::Utc::now(),
@@ -336,6 +397,7 @@ impl Sandbox for LocalSandbox {
             .kill_on_drop(true);
         let mut child = c.spawn().map_err(|e| SandboxError::io("/bin/sh", e))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let _running = Foreground::track(&self.foreground, id, pgid);
         let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
         let read_out = async move {
             let mut buf = Vec::new();
@@ -482,23 +544,15 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn pause(&self, id: &BoxId) -> Result<()> {
-        let meta = self.dir(id)?.load_meta()?;
-        match &meta.cgroup {
-            Some(cg) => cg.freeze(true).await,
-            None => Err(SandboxError::Unavailable(
-                "pausing a local box needs the freezer cgroup".into(),
-            )),
-        }
+        let dir = self.dir(id)?;
+        let meta = dir.load_meta()?;
+        self.limiter.pause(&meta, &self.launchers(id, &dir)).await
     }
 
     async fn resume(&self, id: &BoxId) -> Result<()> {
-        let meta = self.dir(id)?.load_meta()?;
-        match &meta.cgroup {
-            Some(cg) => cg.freeze(false).await,
-            None => Err(SandboxError::Unavailable(
-                "resuming a local box needs the freezer cgroup".into(),
-            )),
-        }
+        let dir = self.dir(id)?;
+        let meta = dir.load_meta()?;
+        self.limiter.resume(&meta, &self.launchers(id, &dir)).await
     }
 
     async fn keepalive(&self, id: &BoxId, ttl: Duration) -> Result<()> {
@@ -515,16 +569,26 @@ impl Sandbox for LocalSandbox {
             return Ok(());
         };
         let meta = dir.load_meta()?;
-        for run in dir.run_ids() {
-            if let Ok(Some(r)) = dir.load_run(&run) {
-                process::signal(-r.pgid, libc::SIGKILL);
-            }
-        }
-        if let Some(cg) = &meta.cgroup {
-            cg.kill(None).await;
-            cg.remove();
-        }
-        self.envs.lock().remove(id);
+        self.limiter.pause(&meta, &self.launchers(id, &dir)).await
+    }
+
+    async fn resume(&self, id: &BoxId) -> Result<()> {
+        let dir = self.dir(id)?;
+        let meta = dir.load_meta()?;
+        self.limiter.resume(&meta, &self.launchers(id, &dir)).await
+    }
+
+    async fn keepalive(&self, id: &BoxId, ttl: Duration) -> Result<()> {
+        let dir = self.dir(id)?;
+        let until =
+            chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let p = dir.alive_path();
+        std::fs::write(&p, until.timestamp().to_string()).map_err(|e| SandboxError::io(p, e))
+    }
+
+    async fn kill(&self, id: &BoxId) -> Result<()> {
+        let Ok(dir) = self.dir(id) else {
+            self.envs.lock().remove(id);
         tokio::fs::remove_dir_all(&dir.root)
             .await
             .map_err(|e| SandboxError::io(&dir.root, e))?;

@@ -44,14 +44,74 @@ fn is_zombie(pid: i32) -> bool {
 
 /// `(state, pgrp)` from `/proc/<pid>/stat`.
 fn stat_fields(pid: i32) -> Option<(char, i32)> {
+    stat(pid).map(|s| (s.state, s.pgrp))
+}
+
+/// True when `pid`'s command line has `path` as one of its arguments or in
+/// one (a launcher names its box's directory in bwrap's arguments).
+pub(crate) fn cmdline_mentions(pid: i32, path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let needle = path.as_os_str().as_bytes();
+    !needle.is_empty() && cmdline.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What the engine reads of a process's `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stat {
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+}
+
+pub(crate) fn stat(pid: i32) -> Option<Stat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may hold spaces: split after it.
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut f = rest.split_whitespace();
     let state = f.next()?.chars().next()?;
-    let _ppid = f.next()?;
+    let ppid = f.next()?.parse().ok()?;
     let pgrp = f.next()?.parse().ok()?;
-    Some((state, pgrp))
+    Some(Stat { state, ppid, pgrp })
+}
+
+/// `roots` and every living process descended from them, with its state.
+/// A box's processes all descend from their launcher: orphans in a box are
+/// adopted by the box's own pid-namespace init, which is the launcher's
+/// grandchild.
+pub(crate) fn tree(roots: &[i32]) -> Vec<(i32, char)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let all: Vec<(i32, Stat)> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| stat(pid).map(|s| (pid, s)))
+        .collect();
+    let mut children: std::collections::HashMap<i32, Vec<(i32, char)>> =
+        std::collections::HashMap::new();
+    for (pid, s) in &all {
+        children.entry(s.ppid).or_default().push((*pid, s.state));
+    }
+    let mut out: Vec<(i32, char)> = all
+        .iter()
+        .filter(|(pid, _)| roots.contains(pid))
+        .map(|(pid, s)| (*pid, s.state))
+        .collect();
+    let mut seen: std::collections::HashSet<i32> = out.iter().map(|(p, _)| *p).collect();
+    let mut i = 0;
+    while i < out.len() {
+        for &(pid, state) in children.get(&out[i].0).map(Vec::as_slice).unwrap_or_default() {
+            if seen.insert(pid) {
+                out.push((pid, state));
+            }
+        }
+        i += 1;
+    }
+    out.retain(|(_, state)| !matches!(state, 'Z' | 'X'));
+    out
 }
 
 #[cfg(test)]

@@ -1,46 +1,47 @@
-//! Resource limits through cgroup v1 controllers: memory (with swap), pids,
-//! cpu bandwidth, and the freezer for pausing.
+//! cgroup v1: one hierarchy per controller (memory with swap, pids, cpu
+//! bandwidth, and the freezer for pausing).
 //!
 //! A box gets a directory under `<controller>/<engine's own cgroup>/crewlet-sandbox/<box>`
 //! in each controller, with its limits; each command of the box runs in a
-//! child directory of it, so limits hold for the box as a whole while the
-//! engine can still tell one command's processes from another's.
+//! child directory of it.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::{
+    CFS_PERIOD_US, PARENT, V1Mount, collect_pids, own_path, subdirs, unavailable, under_mount,
+    write,
+};
 use crate::{Limits, Result, SandboxError};
 
-const CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
-const PARENT: &str = "crewlet-sandbox";
-const CFS_PERIOD_US: u64 = 100_000;
+/// The v1 controllers a box needs.
+pub(super) const CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 
 /// Where this host's cgroup v1 controllers are, with this process's place in
 /// each.
 #[derive(Debug, Clone)]
-pub(crate) struct CgroupHost {
+pub(crate) struct Host {
     /// `(controller, <mount>/<own path>/crewlet-sandbox)`.
     bases: Vec<(String, PathBuf)>,
 }
 
-impl CgroupHost {
-    /// Finds the writable cgroup v1 controllers; `Err` says why limits cannot
-    /// be enforced here.
-    pub(crate) fn detect() -> Result<Self> {
-        let mounts = std::fs::read_to_string("/proc/self/mounts")
-            .map_err(|e| SandboxError::io("/proc/self/mounts", e))?;
-        let own = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| SandboxError::io("/proc/self/cgroup", e))?;
+impl Host {
+    /// Makes the sandbox's parent directory in each controller; `Err` says
+    /// why limits cannot be enforced here.
+    pub(super) fn detect(mounts: &[V1Mount], own: &str) -> Result<Self> {
         let mut bases = Vec::new();
         for controller in CONTROLLERS {
-            let Some(mount) = mount_of(&mounts, controller) else {
+            let Some(mount) = mounts
+                .iter()
+                .find(|m| m.controllers.iter().any(|c| c == controller))
+            else {
                 return Err(unavailable(&format!(
-                    "no cgroup v1 `{controller}` controller is mounted (a cgroup v2-only host is not supported yet)"
+                    "no cgroup v1 `{controller}` controller is mounted"
                 )));
             };
-            let path = own_path(&own, controller).unwrap_or_else(|| "/".to_owned());
-            let base = mount.join(path.trim_start_matches('/')).join(PARENT);
+            let path = own_path(own, controller).unwrap_or_else(|| "/".to_owned());
+            let base = under_mount(&mount.dir, &mount.root, &path).join(PARENT);
             if let Err(e) = std::fs::create_dir_all(&base) {
                 return Err(unavailable(&format!(
                     "cannot make {} ({e}); the local sandbox's limits need root or a delegated cgroup",
@@ -53,7 +54,7 @@ impl CgroupHost {
     }
 
     /// Makes a box's cgroups with its limits.
-    pub(crate) fn make_box(&self, id: &str, limits: &Limits) -> Result<BoxCgroup> {
+    pub(super) fn make_box(&self, id: &str, limits: &Limits) -> Result<BoxCgroup> {
         let dirs: Vec<(String, PathBuf)> = self
             .bases
             .iter()
@@ -77,11 +78,6 @@ impl CgroupHost {
             write(&cg.dir("pids").join("pids.max"), &pids.max(1).to_string())?;
         }
         if let Some(cpus) = limits.cpus {
-            if !(cpus.is_finite() && cpus > 0.0) {
-                return Err(SandboxError::Invalid(format!(
-                    "cpus must be above 0, got {cpus}"
-                )));
-            }
             let quota = ((cpus * CFS_PERIOD_US as f64) as u64).max(1000);
             let dir = cg.dir("cpu");
             write(&dir.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
@@ -106,9 +102,8 @@ impl BoxCgroup {
             .unwrap_or_default()
     }
 
-    /// Makes the child cgroup of one command and returns the `cgroup.procs`
-    /// files its launcher writes its pid into.
-    pub(crate) fn make_child(&self, child: &str) -> Result<Vec<PathBuf>> {
+    /// Makes the child cgroup of one command in every controller.
+    pub(super) fn make_child(&self, child: &str) -> Result<Vec<PathBuf>> {
         let mut procs = Vec::new();
         for (_, dir) in &self.dirs {
             let d = dir.join(child);
@@ -118,8 +113,7 @@ impl BoxCgroup {
         Ok(procs)
     }
 
-    /// Processes of one command (`Some`) or of the whole box (`None`).
-    pub(crate) fn pids(&self, child: Option<&str>) -> Vec<i32> {
+    pub(super) fn pids(&self, child: Option<&str>) -> Vec<i32> {
         let root = self.dir("pids");
         let start = match child {
             Some(c) => root.join(c),
@@ -130,18 +124,18 @@ impl BoxCgroup {
         out
     }
 
-    /// Kills every process of one command or of the whole box, and waits
-    /// (boundedly) until the kernel has taken them out.
-    pub(crate) async fn kill(&self, child: Option<&str>) {
+    /// v1 has no `cgroup.kill`: SIGKILL to every member, round after round
+    /// (a fork bomb forks between the listing and the signal), thawing the
+    /// box since a frozen process dies only once thawed.
+    pub(super) async fn kill(&self, child: Option<&str>) {
         for _ in 0..200 {
             let pids = self.pids(child);
             if pids.is_empty() {
                 return;
             }
             for pid in pids {
-                super::process::signal(pid, libc::SIGKILL);
+                crate::local::process::signal(pid, libc::SIGKILL);
             }
-            // A frozen process dies only once thawed.
             if child.is_none() {
                 let _ = write(&self.dir("freezer").join("freezer.state"), "THAWED");
             }
@@ -150,10 +144,9 @@ impl BoxCgroup {
         tracing::warn!("sandbox cgroup still has processes after 200 kill rounds");
     }
 
-    /// Freezes (pauses) or thaws the whole box, and waits (boundedly) until
-    /// the kernel reports it done: freezing is asynchronous in cgroup v1
-    /// (`FREEZING` until every task has stopped).
-    pub(crate) async fn freeze(&self, frozen: bool) -> Result<()> {
+    /// Freezing is asynchronous in cgroup v1 (`FREEZING` until every task
+    /// has stopped): write the state until it reads back.
+    pub(super) async fn freeze(&self, frozen: bool) -> Result<()> {
         let state = if frozen { "FROZEN" } else { "THAWED" };
         let file = self.dir("freezer").join("freezer.state");
         for _ in 0..500 {
@@ -169,10 +162,9 @@ impl BoxCgroup {
         )))
     }
 
-    /// How many times the kernel's OOM killer has killed in this box and its
-    /// commands' cgroups (the kill is counted where the limit was hit, and
-    /// under cgroup v1 that may be either).
-    pub(crate) fn oom_kills(&self) -> u64 {
+    /// OOM kills in the box and its commands' cgroups (the kill is counted
+    /// where the limit was hit, and under cgroup v1 that may be either).
+    pub(super) fn oom_kills(&self) -> u64 {
         fn walk(dir: &Path) -> u64 {
             let own = std::fs::read_to_string(dir.join("memory.oom_control"))
                 .unwrap_or_default()
@@ -180,107 +172,23 @@ impl BoxCgroup {
                 .find_map(|l| l.strip_prefix("oom_kill "))
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or(0);
-            let children = std::fs::read_dir(dir)
-                .map(|es| {
-                    es.flatten()
-                        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                        .map(|e| walk(&e.path()))
-                        .sum()
-                })
-                .unwrap_or(0);
-            own + children
+            own + subdirs(dir).iter().map(|d| walk(d)).sum::<u64>()
         }
         walk(&self.dir("memory"))
     }
 
-    /// Removes one command's cgroup (it must be empty).
-    pub(crate) fn remove_child(&self, child: &str) {
+    pub(super) fn remove_child(&self, child: &str) {
         for (_, dir) in &self.dirs {
             let _ = std::fs::remove_dir(dir.join(child));
         }
     }
 
-    /// Removes the box's cgroups (they must be empty).
-    pub(crate) fn remove(&self) {
+    pub(super) fn remove(&self) {
         for (_, dir) in &self.dirs {
-            if let Ok(children) = std::fs::read_dir(dir) {
-                for c in children.flatten() {
-                    if c.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                        let _ = std::fs::remove_dir(c.path());
-                    }
-                }
+            for c in subdirs(dir) {
+                let _ = std::fs::remove_dir(c);
             }
             let _ = std::fs::remove_dir(dir);
         }
-    }
-}
-
-fn collect_pids(dir: &Path, out: &mut Vec<i32>) {
-    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-        out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-    }
-    if let Ok(children) = std::fs::read_dir(dir) {
-        for c in children.flatten() {
-            if c.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                collect_pids(&c.path(), out);
-            }
-        }
-    }
-}
-
-fn write(path: &Path, value: &str) -> Result<()> {
-    std::fs::write(path, value).map_err(|e| SandboxError::io(path, e))
-}
-
-fn unavailable(why: &str) -> SandboxError {
-    SandboxError::Unavailable(format!("resource limits: {why}"))
-}
-
-/// The mount point of a v1 hierarchy carrying `controller`.
-fn mount_of(mounts: &str, controller: &str) -> Option<PathBuf> {
-    mounts.lines().find_map(|line| {
-        let mut f = line.split_whitespace();
-        let (_, dir, fstype, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
-        (fstype == "cgroup" && opts.split(',').any(|o| o == controller)).then(|| PathBuf::from(dir))
-    })
-}
-
-/// This process's path in the hierarchy carrying `controller`.
-fn own_path(proc_cgroup: &str, controller: &str) -> Option<String> {
-    proc_cgroup.lines().find_map(|line| {
-        let mut f = line.splitn(3, ':');
-        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-        controllers
-            .split(',')
-            .any(|c| c == controller)
-            .then(|| path.to_owned())
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_mounts_and_own_paths() {
-        let mounts = "tmpfs /sys/fs/cgroup tmpfs rw 0 0\n\
-                      cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0\n\
-                      cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n";
-        assert_eq!(
-            mount_of(mounts, "cpu"),
-            Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"))
-        );
-        assert_eq!(
-            mount_of(mounts, "memory"),
-            Some(PathBuf::from("/sys/fs/cgroup/memory"))
-        );
-        assert_eq!(mount_of(mounts, "pids"), None);
-        let own = "4:memory:/process_api/ee39\n2:cpu,cpuacct:/\n0::/\n";
-        assert_eq!(
-            own_path(own, "memory").as_deref(),
-            Some("/process_api/ee39")
-        );
-        assert_eq!(own_path(own, "cpuacct").as_deref(), Some("/"));
-        assert_eq!(own_path(own, "pids"), None);
     }
 }
