@@ -77,9 +77,9 @@ pub fn build_provider(
     })
 }
 
-/// The HTTP client the providers share: rustls, no proxy discovery.
+/// The HTTP client the providers share: crewlet-http's roots and proxies.
 pub fn http_client() -> Result<reqwest::Client, LlmError> {
-    reqwest::Client::builder()
+    crewlet_http::client_builder()
         .pool_idle_timeout(std::time::Duration::from_secs(90))
         .build()
         .map_err(|e| LlmError::Config {

@@ -318,7 +318,7 @@ fn assemble(
     Ok((subscriber, guard, warnings))
 }
 
-/// The OTLP/HTTP (protobuf) exporter, with a blocking reqwest client (rustls)
+/// The OTLP/HTTP (protobuf) exporter, with a blocking reqwest client (crewlet-http's roots and proxies)
 /// used from the batch processor's own thread. Built on a scratch thread:
 /// a blocking client must not be created or dropped on an async runtime
 /// thread, and `init` usually runs inside `#[tokio::main]`.
@@ -331,7 +331,7 @@ fn otlp_exporter(url: &str) -> Result<opentelemetry_otlp::SpanExporter, Telemetr
     std::thread::Builder::new()
         .name("crewlet-otlp-setup".into())
         .spawn(move || {
-            let client = reqwest::blocking::Client::builder()
+            let client = crewlet_http::blocking_client_builder()
                 .timeout(EXPORT_TIMEOUT)
                 .build()
                 .map_err(|e| e.to_string())?;

@@ -113,7 +113,7 @@ fn endpoint(args: &SendArgs) -> Result<(String, Option<String>)> {
 
 async fn send(args: SendArgs) -> Result<ExitCode> {
     let (base, token) = endpoint(&args)?;
-    let http = reqwest::Client::builder()
+    let http = crewlet_http::client_builder()
         .timeout(Duration::from_secs(30))
         .build()
         .context("cannot build the HTTP client")?;

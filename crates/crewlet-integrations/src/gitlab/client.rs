@@ -215,7 +215,7 @@ pub fn encode_segment(raw: &str) -> String {
 
 impl GitlabClient {
     pub fn new(url: &str, token: &str) -> Result<Self, GitlabError> {
-        let http = reqwest::Client::builder()
+        let http = crewlet_http::client_builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| GitlabError::Unreachable {

@@ -46,7 +46,7 @@ pub struct ConfluenceClient {
 
 /// The shared HTTP client (timeouts set).
 pub fn http_client() -> Result<reqwest::Client, ConfluenceError> {
-    reqwest::Client::builder()
+    crewlet_http::client_builder()
         .timeout(REQUEST_TIMEOUT)
         .build()
         .map_err(|e| ConfluenceError::Unreachable(e.to_string()))

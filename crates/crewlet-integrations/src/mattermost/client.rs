@@ -96,7 +96,7 @@ pub fn normalize_url(url: &str) -> Result<String, MattermostError> {
 /// An HTTP client for [`MattermostClient::with_http`]: one pool shared by
 /// every seat of a server.
 pub fn http_client() -> Result<reqwest::Client, MattermostError> {
-    reqwest::Client::builder()
+    crewlet_http::client_builder()
         .timeout(REQUEST_TIMEOUT)
         .build()
         .map_err(|e| MattermostError::Unreachable {

@@ -261,16 +261,9 @@ async fn site_url(anon: &MattermostClient) -> Check {
     }
 }
 
-fn install_crypto(url: &str) {
-    if url.starts_with("wss://") && rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    }
-}
-
 /// A websocket upgrade with the `Origin` a browser at the configured url sends.
 async fn browser_upgrade(anon: &MattermostClient) -> Check {
     let url = anon.websocket_url();
-    install_crypto(&url);
     let Some(origin) = seats::origin(anon.base_url()) else {
         return Check::Bad(format!("{} has no origin", anon.base_url()));
     };
@@ -285,7 +278,7 @@ async fn browser_upgrade(anon: &MattermostClient) -> Check {
         Err(e) => return Check::Bad(format!("`{origin}` is not a header value: {e}")),
     }
     use tokio_tungstenite::tungstenite::Error as WsError;
-    match tokio::time::timeout(PROBE_TIMEOUT, tokio_tungstenite::connect_async(request)).await {
+    match tokio::time::timeout(PROBE_TIMEOUT, crewlet_http::connect_websocket(request, None)).await {
         Ok(Ok((mut ws, _))) => {
             let _ = ws.close(None).await;
             Check::Ok(format!("upgraded with Origin: {origin}"))
@@ -398,9 +391,8 @@ async fn channels(bot: &MattermostClient, spec: &SeatSpec, team_id: &str, user_i
 /// The engine's own connection: no `Origin`, then the token challenge.
 async fn seat_socket(bot: &MattermostClient, token: &str) -> Check {
     let url = bot.websocket_url();
-    install_crypto(&url);
     let attempt = async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        let (mut ws, _) = crewlet_http::connect_websocket(url.as_str(), None)
             .await
             .map_err(|e| format!("the upgrade failed: {e}"))?;
         let challenge = json!({"seq": 1, "action": "authentication_challenge",

@@ -281,9 +281,6 @@ impl SeatSocket {
             Err(e) => return End::Lost(e),
         };
         let url = self.client.websocket_url();
-        if url.starts_with("wss://") && rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        }
         // Mattermost's frames are small: 8 KiB buffers (they grow for a
         // bigger frame) instead of 128 KiB each, per seat.
         let config = WebSocketConfig::default()
@@ -293,7 +290,9 @@ impl SeatSocket {
             .max_frame_size(Some(MAX_FRAME_BYTES));
         let connected = tokio::time::timeout(
             self.options.auth_timeout,
-            tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false),
+            // The roots and proxies of every other client (a CONNECT tunnel
+            // through HTTPS_PROXY unless NO_PROXY names the server).
+            crewlet_http::connect_websocket(url.as_str(), Some(config)),
         )
         .await;
         let mut ws = match connected {

@@ -62,7 +62,7 @@ impl HttpTransport {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let client = reqwest::Client::builder()
+        let client = crewlet_http::client_builder()
             .connect_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| config(format!("the HTTP client could not be built: {e}")))?;

@@ -138,7 +138,7 @@ impl fmt::Debug for PlaneClient {
 
 /// The shared HTTP client (timeouts set).
 pub fn http_client() -> Result<reqwest::Client, PlaneError> {
-    reqwest::Client::builder()
+    crewlet_http::client_builder()
         .timeout(REQUEST_TIMEOUT)
         .build()
         .map_err(|e| PlaneError::Unreachable(e.to_string()))

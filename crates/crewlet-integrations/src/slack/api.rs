@@ -154,7 +154,7 @@ impl std::fmt::Debug for SlackClient {
 impl SlackClient {
     /// A client for `base` (`https://slack.com/api`, or a test server).
     pub fn new(base: &str) -> Result<SlackClient, SlackError> {
-        let http = reqwest::Client::builder()
+        let http = crewlet_http::client_builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| SlackError::Unreachable {

@@ -117,7 +117,7 @@ impl E2bSandbox {
                 "the E2B backend needs an API key (E2B_API_KEY)".into(),
             ));
         }
-        let http = reqwest::Client::builder()
+        let http = crewlet_http::client_builder()
             .connect_timeout(Duration::from_secs(20))
             .build()
             .map_err(|e| SandboxError::Unavailable(format!("http client: {e}")))?;
