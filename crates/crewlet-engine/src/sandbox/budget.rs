@@ -1,14 +1,22 @@
-//! The coding agent's spend, charged after the fact. It calls its model
-//! from inside the box, so the engine cannot hold budget before each call
-//! as the turn engine does; what the agent reports (Claude Code's `usage`)
-//! is charged to the seat's budgets and lifetime usage when its run is
-//! collected. A budget already spent refuses the charge (the warning says
-//! so); the lifetime usage still counts it.
+//! The coding agent's spend. A run whose calls go through the engine's
+//! model proxy is charged call by call as the answers come (see
+//! `model_proxy`); its own report is kept in its event and not charged
+//! again. Any other run calls its model from inside the box, so the engine
+//! cannot hold budget before each call as the turn engine does: what the
+//! agent reports (Claude Code's `usage`) is charged to the seat's budgets
+//! and lifetime usage when its run is collected. A budget already spent
+//! refuses the charge (the warning says so); the lifetime usage still
+//! counts it.
 
+use crewlet_core::payload::EventPayload as _;
+use crewlet_queue::EventQueue;
 use crewlet_store::{BudgetWarning, ReserveOutcome, SandboxRun, TokenLedger};
 use crewlet_turn::BudgetLimits;
 use serde_json::Value;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
+
+use super::SandboxService;
+use super::llm_env::ModelAccess;
 
 /// Tokens a run reports: input (cache reads and writes included) plus output.
 pub(super) fn reported_tokens(usage: &Value) -> u64 {
@@ -67,6 +75,75 @@ pub(super) async fn charge(
     }
     debug!(agent = %run.seat, run = %run.id, tokens, "coding agent's tokens charged");
     warnings
+}
+
+/// Publishes the budget warnings a charge claimed, as the turn does.
+pub(super) async fn publish_warnings(
+    queue: &dyn EventQueue,
+    seat: &str,
+    task_id: &str,
+    warn_at: f64,
+    warnings: Vec<BudgetWarning>,
+) {
+    for w in warnings {
+        let payload = crewlet_turn::warning_payload(&w, warn_at);
+        let mut event = payload
+            .to_event("engine")
+            .with_summary(format!(
+                "{} token budget at {} of {}",
+                w.scope, w.used_tokens, w.max_tokens
+            ))
+            .with_agent_handle(seat);
+        event.task_id = Some(task_id.to_owned());
+        crate::sink::publish_event(queue, event).await;
+    }
+}
+
+impl SandboxService {
+    /// A run left `running` (collected, lost or parked): its proxy token
+    /// ends, and what it reports it spent is charged unless its calls went
+    /// through the proxy, which charged them already. Called once per run:
+    /// the caller won the run's transition.
+    pub(super) async fn charge(&self, run: &SandboxRun) {
+        let proxied = self.revoke_model_token(run);
+        let Some(seat) = self.seats.get(&run.seat) else {
+            return;
+        };
+        let usage = run
+            .result
+            .as_ref()
+            .map_or(&serde_json::Value::Null, |r| &r["usage"]);
+        if proxied || matches!(seat.llm, Ok(ModelAccess::Proxy(_))) {
+            debug!(agent = %run.seat, run = %run.id, reported = reported_tokens(usage),
+                   "the run's model calls went through the proxy and were charged there; its own report is not charged again");
+            return;
+        }
+        let warnings = charge(
+            self.ledger.as_ref(),
+            &seat.payer,
+            run,
+            reported_tokens(usage),
+        )
+        .await;
+        publish_warnings(
+            self.queue.as_ref(),
+            &run.seat,
+            &run.task_id,
+            seat.payer.limits.warn_at,
+            warnings,
+        )
+        .await;
+    }
+
+    /// Ends `run`'s model proxy token, if it has one; true when it had.
+    pub(super) fn revoke_model_token(&self, run: &SandboxRun) -> bool {
+        let Some(grant) = self.proxy.get().and_then(|p| p.revoke(run.id)) else {
+            return false;
+        };
+        let (calls, tokens) = grant.spent();
+        info!(agent = %run.seat, run = %run.id, calls, tokens, "the run's model proxy token is revoked");
+        true
+    }
 }
 
 #[cfg(test)]

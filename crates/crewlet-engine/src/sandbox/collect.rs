@@ -3,14 +3,13 @@
 //! usage), parking the ones that ask a person.
 
 use crewlet_core::EventType;
-use crewlet_core::payload::EventPayload as _;
 use crewlet_sandbox::{BoxId, RunId, RunState};
 use crewlet_store::{SandboxRun, SandboxRunPatch, SandboxRunStatus};
 use serde_json::json;
 use tracing::warn;
 use uuid::Uuid;
 
-use super::{SandboxService, Waited, agent, budget};
+use super::{SandboxService, Waited, agent};
 
 impl SandboxService {
     /// Waits until no run of `handle`'s turn `turn_id` is running, keeping
@@ -132,37 +131,6 @@ impl SandboxService {
             Err(e) => {
                 warn!(agent = %run.seat, error = %e, "cannot record the sandbox run's end; looking again")
             }
-        }
-    }
-
-    /// Charges what a collected run reports it spent (once: the caller
-    /// won the run's transition).
-    pub(super) async fn charge(&self, run: &SandboxRun) {
-        let Some(seat) = self.seats.get(&run.seat) else {
-            return;
-        };
-        let usage = run
-            .result
-            .as_ref()
-            .map_or(&serde_json::Value::Null, |r| &r["usage"]);
-        let warnings = budget::charge(
-            self.ledger.as_ref(),
-            &seat.payer,
-            run,
-            budget::reported_tokens(usage),
-        )
-        .await;
-        for w in warnings {
-            let payload = crewlet_turn::warning_payload(&w, seat.payer.limits.warn_at);
-            let mut event = payload
-                .to_event("engine")
-                .with_summary(format!(
-                    "{} token budget at {} of {}",
-                    w.scope, w.used_tokens, w.max_tokens
-                ))
-                .with_agent_handle(&run.seat);
-            event.task_id = Some(run.task_id.clone());
-            crate::sink::publish_event(self.queue.as_ref(), event).await;
         }
     }
 

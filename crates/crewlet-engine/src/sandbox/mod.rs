@@ -25,6 +25,7 @@ mod budget;
 mod collect;
 mod llm_env;
 mod mcp;
+mod model_proxy;
 mod park;
 mod tool;
 
@@ -67,8 +68,8 @@ struct SeatSandbox {
     mcp: Option<mcp::Rendered>,
     /// Whose budgets the coding agent's reported tokens are charged to.
     payer: budget::Payer,
-    /// The coding agent's model credentials, or why it cannot run.
-    llm: Result<BTreeMap<String, String>, String>,
+    /// How the coding agent reaches its model, or why it cannot run.
+    llm: Result<llm_env::ModelAccess, String>,
 }
 
 /// The engine's sandbox: the backend, the runs, each seat's settings.
@@ -87,6 +88,8 @@ pub(crate) struct SandboxService {
     /// The agent seats (a question for one of them goes back to the turn,
     /// which asks it with `a2a_ask`).
     agents: std::collections::HashSet<String>,
+    /// The model proxy, started by the first run that needs it.
+    proxy: tokio::sync::OnceCell<model_proxy::ModelProxy>,
 }
 
 impl SandboxService {
@@ -103,6 +106,9 @@ impl SandboxService {
     ) -> Option<Arc<Self>> {
         let provider = company.providers.sandbox.clone()?;
         let company_profile = crate::engine::company_profile(company);
+        // Only a local box on the host's network reaches the engine's loopback.
+        let reachable = provider.kind == SandboxKind::Local
+            && provider.local.as_ref().is_some_and(|l| l.network != "none");
         let seats: HashMap<String, SeatSandbox> = org
             .agents()
             .filter_map(|s| {
@@ -118,7 +124,15 @@ impl SandboxService {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                let llm = llm_env::derive(company, &s.role, agent, &declared, env);
+                let llm = llm_env::derive(
+                    company,
+                    &s.role,
+                    agent,
+                    llm_env::mode(&role, provider.model_key),
+                    reachable,
+                    &declared,
+                    env,
+                );
                 let servers: Vec<_> = role
                     .mcp
                     .servers
@@ -197,6 +211,7 @@ impl SandboxService {
             triggers: Mutex::new(HashMap::new()),
             surfaces,
             agents: org.agents().map(|s| s.handle.clone()).collect(),
+            proxy: tokio::sync::OnceCell::new(),
         }))
     }
 
@@ -233,8 +248,13 @@ impl SandboxService {
         if !empty.is_empty() {
             warn!(agent = handle, keys = ?empty, "sandbox_env_unresolved: these sandbox variables resolved empty");
         }
-        // Later wins: the model credentials, identity, then the role's own.
-        let mut env = seat.llm.clone().unwrap_or_default();
+        // Later wins: the model credentials (only with `model_key: raw`;
+        // a proxied run gets its own at its start), identity, then the
+        // role's own.
+        let mut env = match &seat.llm {
+            Ok(llm_env::ModelAccess::Raw(vars)) => vars.clone(),
+            _ => BTreeMap::new(),
+        };
         env.insert("PATH".to_owned(), agent::PATH.to_owned());
         env.insert("CREWLET_AGENT_HANDLE".to_owned(), handle.to_owned());
         env.insert("CREWLET_AGENT_NAME".to_owned(), seat.name.clone());
@@ -398,6 +418,14 @@ impl SandboxService {
             ));
         }
         let brief = agent::brief(task, &environment, handle);
+        let id = Uuid::now_v7();
+        let model_env = match self.model_env(id, handle, &ctx.task_id, seat).await {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = self.backend.kill(&box_id).await;
+                return Err(e);
+            }
+        };
         let started = async {
             self.backend
                 .write_file(&box_id, agent::BRIEF, brief.as_bytes())
@@ -411,12 +439,17 @@ impl SandboxService {
                 argv.extend(m.args.iter().cloned());
             }
             self.backend.keepalive(&box_id, self.keepalive()).await?;
-            self.backend.start(&box_id, &Exec::new(argv)).await
+            let mut exec = Exec::new(argv);
+            exec.env = model_env;
+            self.backend.start(&box_id, &exec).await
         }
         .await;
         let run_id = match started {
             Ok(r) => r,
             Err(e) => {
+                if let Some(p) = self.proxy.get() {
+                    p.revoke(id);
+                }
                 let _ = self.backend.kill(&box_id).await;
                 return Err(format!("the coding agent did not start: {e}"));
             }
@@ -424,7 +457,7 @@ impl SandboxService {
         let trigger = self.triggers.lock().get(handle).cloned();
         let now = chrono::Utc::now();
         let run = SandboxRun {
-            id: Uuid::now_v7(),
+            id,
             seat: handle.to_owned(),
             task_id: ctx.task_id.clone(),
             turn_id: ctx.turn_id,
@@ -446,7 +479,13 @@ impl SandboxService {
             created_at: now,
             updated_at: now,
         };
-        let stored = self.runs.insert(&run).await.map_err(|e| e.to_string())?;
+        let stored = match self.runs.insert(&run).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.revoke_model_token(&run);
+                return Err(e.to_string());
+            }
+        };
         self.publish(
             EventType::SandboxRunStarted,
             &stored,
@@ -456,6 +495,38 @@ impl SandboxService {
         )
         .await;
         Ok(stored)
+    }
+
+    /// The model variables of run `id`'s agent: through the proxy, its
+    /// URL and a new token (the proxy starts with the first such run).
+    async fn model_env(
+        &self,
+        id: Uuid,
+        handle: &str,
+        task_id: &str,
+        seat: &SeatSandbox,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let Ok(llm_env::ModelAccess::Proxy(upstream)) = &seat.llm else {
+            return Ok(BTreeMap::new());
+        };
+        let proxy = self
+            .proxy
+            .get_or_try_init(|| {
+                model_proxy::ModelProxy::start(
+                    &self.provider.model_proxy,
+                    self.ledger.clone(),
+                    self.queue.clone(),
+                )
+            })
+            .await?;
+        let token = proxy.issue(model_proxy::Grant::new(
+            id,
+            handle,
+            task_id,
+            upstream.clone(),
+            seat.payer.clone(),
+        ));
+        Ok(proxy.run_env(upstream.vendor, token))
     }
 
     async fn publish(
@@ -522,6 +593,9 @@ impl SandboxService {
                     &SandboxRunPatch::default(),
                 )
                 .await;
+        }
+        for run in &runs {
+            self.revoke_model_token(run);
         }
         let mut seen = std::collections::BTreeSet::new();
         for run in runs
