@@ -299,6 +299,42 @@ pub struct LocalSandbox {
     /// `host:box` (read-only) or `host:box:rw`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<String>,
+    /// Crewlet (`bubblewrap`): on a cgroup v2 host, the delegated cgroup
+    /// directory boxes are made under (absolute, for example
+    /// `/sys/fs/cgroup/system.slice/crewlet.service`). Empty: the
+    /// `CREWLET_SANDBOX_CGROUP_ROOT` environment variable, else the engine's
+    /// own cgroup from `/proc/self/cgroup`. Ignored on a cgroup v1 host.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup_root: String,
+    /// Crewlet (`bubblewrap`): where no writable cgroup exists, enforce the
+    /// limits with rlimits instead (address space from `memory_mb`,
+    /// processes from `pids`, a CPU-time cap of `rlimit_cpu_seconds`) and
+    /// pause boxes with signals. These limits are weaker (docs/sandbox.md
+    /// says how), so this is off by default: without it such a host gives no
+    /// seat `run_sandbox`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_rlimit_limits: bool,
+    /// Crewlet (`bubblewrap`, with `allow_rlimit_limits` on a host without
+    /// writable cgroups): CPU seconds each process of a box may use in all
+    /// (an rlimit is a total per process, not a share of the CPU).
+    #[serde(
+        default = "default_rlimit_cpu_seconds",
+        skip_serializing_if = "is_default_rlimit_cpu_seconds"
+    )]
+    #[schemars(range(min = 1))]
+    pub rlimit_cpu_seconds: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn default_rlimit_cpu_seconds() -> u64 {
+    3600
+}
+
+fn is_default_rlimit_cpu_seconds(n: &u64) -> bool {
+    *n == default_rlimit_cpu_seconds()
 }
 
 fn default_memory_mb() -> u64 {

@@ -67,6 +67,27 @@ pub(crate) fn check(company: &Company, org: &Organization, out: &mut Vec<Finding
                         "cpus must be above 0",
                     ));
                 }
+                let root = std::path::Path::new(&local.cgroup_root);
+                if !local.cgroup_root.is_empty()
+                    && (!root.is_absolute()
+                        || root
+                            .components()
+                            .any(|c| matches!(c, std::path::Component::ParentDir)))
+                {
+                    out.push(Finding::new(
+                        at.key("local").key("cgroup_root"),
+                        format!(
+                            "cgroup_root `{}` must be an absolute path without `..` (a delegated cgroup v2 directory, e.g. under /sys/fs/cgroup)",
+                            local.cgroup_root
+                        ),
+                    ));
+                }
+                if local.allow_rlimit_limits && local.rlimit_cpu_seconds == 0 {
+                    out.push(Finding::new(
+                        at.key("local").key("rlimit_cpu_seconds"),
+                        "rlimit_cpu_seconds must be at least 1 (CPU seconds per process under rlimits)",
+                    ));
+                }
             }
         },
         SandboxKind::None => {}
@@ -225,6 +246,37 @@ mod tests {
         );
         let good = findings(
             "name: C\nproviders:\n  sandbox:\n    type: local\n    default_coding_agent: command\n    command: [/opt/a]\n    local: {containment: bubblewrap, mounts: [\"/opt/a:/opt/a\", \"/srv/r:/srv/r:rw\"]}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n",
+        );
+        assert!(good.is_empty(), "{good:?}");
+    }
+
+    #[test]
+    fn the_cgroup_root_and_the_rlimit_opt_in_are_checked() {
+        let bad = findings(
+            "name: C\nproviders:\n  sandbox:\n    type: local\n    default_coding_agent: command\n    command: [/opt/a]\n    local:\n      containment: bubblewrap\n      cgroup_root: sys/fs/cgroup/crewlet\n      allow_rlimit_limits: true\n      rlimit_cpu_seconds: 0\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n",
+        );
+        assert!(
+            bad.iter()
+                .any(|f| f.starts_with("providers.sandbox.local.cgroup_root")
+                    && f.contains("absolute")),
+            "{bad:?}"
+        );
+        assert!(
+            bad.iter()
+                .any(|f| f.starts_with("providers.sandbox.local.rlimit_cpu_seconds")),
+            "{bad:?}"
+        );
+        let dotdot = findings(
+            "name: C\nproviders:\n  sandbox:\n    type: local\n    default_coding_agent: command\n    command: [/opt/a]\n    local: {containment: bubblewrap, cgroup_root: /sys/fs/cgroup/../etc}\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n",
+        );
+        assert!(
+            dotdot
+                .iter()
+                .any(|f| f.starts_with("providers.sandbox.local.cgroup_root")),
+            "{dotdot:?}"
+        );
+        let good = findings(
+            "name: C\nproviders:\n  sandbox:\n    type: local\n    default_coding_agent: command\n    command: [/opt/a]\n    local:\n      containment: bubblewrap\n      cgroup_root: /sys/fs/cgroup/system.slice/crewlet.service\n      allow_rlimit_limits: true\n      rlimit_cpu_seconds: 600\nroles:\n  - {name: E, handle: e, sandbox: {enabled: true}}\n",
         );
         assert!(good.is_empty(), "{good:?}");
     }

@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
-use crewlet_config::later::{CodingAgent, Containment, SandboxProvider};
+use crewlet_config::later::{CodingAgent, Containment, LocalSandbox, SandboxProvider};
 use crewlet_sandbox::Sandbox;
+use crewlet_sandbox::local::{Enforcement, LimitPolicy};
+use tracing::{info, warn};
 
 use crate::engine::EnvLookup;
 
@@ -36,17 +38,40 @@ pub(super) async fn local(
                 .map_err(|e: crewlet_sandbox::SandboxError| e.to_string())?,
         );
     }
+    let root = if local.cgroup_root.is_empty() {
+        env("CREWLET_SANDBOX_CGROUP_ROOT").filter(|r| !r.is_empty())
+    } else {
+        Some(local.cgroup_root.clone())
+    };
+    opts.cgroup_root = root.map(std::path::PathBuf::from);
+    opts.limits = limit_policy(&local);
+    opts.rlimit_cpu_seconds = local.rlimit_cpu_seconds.max(1);
     let sandbox = crewlet_sandbox::local::LocalSandbox::new(opts)
         .await
         .map_err(|e| e.to_string())?;
+    let enforcement = sandbox.enforcement();
     // Boxes without their memory, process and CPU limits are not offered.
     if !sandbox.enforces_limits() {
-        return Err(
-            "this host cannot enforce the sandbox's limits (it needs writable cgroup v1 memory, pids and cpu controllers; cgroup v2 is not supported yet)"
-                .into(),
-        );
+        return Err(format!(
+            "this host cannot enforce the sandbox's limits: {enforcement}; delegate a cgroup (docs/sandbox.md), or set `providers.sandbox.local.allow_rlimit_limits: true` to accept weaker rlimit-based limits"
+        ));
+    }
+    if matches!(enforcement, Enforcement::Rlimits { .. }) {
+        warn!(limits = %enforcement, "providers.sandbox.local: boxes are limited by rlimits only (allow_rlimit_limits)");
+    } else {
+        info!(limits = %enforcement, "providers.sandbox.local: box limits enforced");
     }
     Ok(Arc::new(sandbox))
+}
+
+/// Cgroups only, unless the operator accepted rlimits where no cgroup is
+/// writable.
+fn limit_policy(local: &LocalSandbox) -> LimitPolicy {
+    if local.allow_rlimit_limits {
+        LimitPolicy::CgroupsElseRlimits
+    } else {
+        LimitPolicy::Cgroups
+    }
 }
 
 /// E2B (`type: e2b`): the hosted service, or a self-hosted one at `domain`.
@@ -74,4 +99,17 @@ pub(super) fn e2b(provider: &SandboxProvider, env: &EnvLookup) -> Result<Arc<dyn
     };
     let sandbox = crewlet_sandbox::e2b::E2bSandbox::new(opts).map_err(|e| e.to_string())?;
     Ok(Arc::new(sandbox))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rlimits_are_used_only_with_the_opt_in() {
+        let mut local = LocalSandbox::default();
+        assert_eq!(limit_policy(&local), LimitPolicy::Cgroups);
+        local.allow_rlimit_limits = true;
+        assert_eq!(limit_policy(&local), LimitPolicy::CgroupsElseRlimits);
+    }
 }
