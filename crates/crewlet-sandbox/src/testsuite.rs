@@ -25,9 +25,9 @@ pub async fn local_or_skip(
     use crate::local::{LocalOptions, LocalSandbox};
     match LocalSandbox::new(LocalOptions::new(state_dir)).await {
         Ok(sb) if sb.enforces_limits() => Some(sb),
-        Ok(_) => {
-            skip("this host cannot enforce sandbox limits (no writable cgroup v1 controllers)")
-        }
+        Ok(_) => skip(
+            "this host cannot enforce sandbox limits (no writable cgroup v1 controllers nor a delegated cgroup v2 subtree)",
+        ),
         Err(e) => skip(&e.to_string()),
     }
 }
