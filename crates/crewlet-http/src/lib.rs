@@ -55,7 +55,10 @@ pub async fn connect_websocket<R>(
     request: R,
     config: Option<tokio_tungstenite::tungstenite::protocol::WebSocketConfig>,
 ) -> Result<
-    (WebSocket, tokio_tungstenite::tungstenite::handshake::client::Response),
+    (
+        WebSocket,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
     tokio_tungstenite::tungstenite::Error,
 >
 where

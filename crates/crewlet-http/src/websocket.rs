@@ -73,12 +73,9 @@ impl Network {
         let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
         // `host` keeps an IPv6 address's brackets, as CONNECT wants them.
         let authority = format!("{host}:{port}");
-        let probe: Uri = format!(
-            "{}://{authority}/",
-            if secure { "https" } else { "http" }
-        )
-        .parse()
-        .map_err(|_| WsError::Url(UrlError::NoHostName))?;
+        let probe: Uri = format!("{}://{authority}/", if secure { "https" } else { "http" })
+            .parse()
+            .map_err(|_| WsError::Url(UrlError::NoHostName))?;
         match self.matcher.intercept(&probe) {
             None => {
                 let tcp = TcpStream::connect((bare(host), port)).await?;
@@ -96,7 +93,9 @@ impl Network {
         let shown = redact(&proxy_uri.to_string());
         let secure = proxy_uri.scheme_str() == Some("https");
         let host = proxy_uri.host().ok_or(WsError::Url(UrlError::NoHostName))?;
-        let port = proxy_uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+        let port = proxy_uri
+            .port_u16()
+            .unwrap_or(if secure { 443 } else { 80 });
         tracing::debug!(target: "crewlet_http", proxy = %shown, target = %authority, "websocket through a CONNECT tunnel");
         let tcp = TcpStream::connect((bare(host), port))
             .await

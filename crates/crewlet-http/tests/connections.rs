@@ -327,7 +327,10 @@ async fn proxy_credentials_are_sent_and_never_shown() {
             .all(|s| s.authorization.as_deref() == Some("Basic YWxpY2U6czNjcmV0"))
     );
     let summary = network.summary();
-    assert!(!summary.contains("s3cret") && !summary.contains("alice"), "{summary}");
+    assert!(
+        !summary.contains("s3cret") && !summary.contains("alice"),
+        "{summary}"
+    );
     assert!(summary.contains(&format!("https=http://***@{}", proxy.addr())));
 
     // Wrong credentials: a 407 that names the proxy, not the password.
@@ -354,7 +357,10 @@ async fn an_unusable_proxy_url_is_a_redacted_warning() {
         ..NetworkSettings::default()
     });
     let warnings = network.warnings().join("\n");
-    assert!(warnings.contains("HTTPS_PROXY=socks5://***@127.0.0.1:1080"), "{warnings}");
+    assert!(
+        warnings.contains("HTTPS_PROXY=socks5://***@127.0.0.1:1080"),
+        "{warnings}"
+    );
     assert!(!warnings.contains("hunter2"), "{warnings}");
     assert_eq!(network.proxy_for("https://example.com/"), None);
 }

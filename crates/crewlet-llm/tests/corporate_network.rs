@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use crewlet_llm::{CompletionRequest, Message, ProviderConfig, ProviderKind, build_provider, http_client};
+use crewlet_llm::{
+    CompletionRequest, Message, ProviderConfig, ProviderKind, build_provider, http_client,
+};
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
 use crewlet_test_support::network::{ConnectProxy, TestCa, TlsFront};
 

@@ -278,7 +278,12 @@ async fn browser_upgrade(anon: &MattermostClient) -> Check {
         Err(e) => return Check::Bad(format!("`{origin}` is not a header value: {e}")),
     }
     use tokio_tungstenite::tungstenite::Error as WsError;
-    match tokio::time::timeout(PROBE_TIMEOUT, crewlet_http::connect_websocket(request, None)).await {
+    match tokio::time::timeout(
+        PROBE_TIMEOUT,
+        crewlet_http::connect_websocket(request, None),
+    )
+    .await
+    {
         Ok(Ok((mut ws, _))) => {
             let _ = ws.close(None).await;
             Check::Ok(format!("upgraded with Origin: {origin}"))
