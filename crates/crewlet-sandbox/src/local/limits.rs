@@ -32,7 +32,10 @@ pub enum Enforcement {
     CgroupV2(PathBuf),
     /// Rlimits, with this many CPU seconds per process; the reason no
     /// cgroup is used.
-    Rlimits { cpu_seconds: u64, why: String },
+    Rlimits {
+        cpu_seconds: u64,
+        why: String,
+    },
     /// Nothing: boxes with limits are refused, for this reason.
     None(String),
 }
@@ -61,16 +64,26 @@ pub(crate) struct Limiter {
 }
 
 impl Limiter {
-    pub(crate) fn detect(policy: LimitPolicy, root: Option<&std::path::Path>, cpu_seconds: u64) -> Self {
+    pub(crate) fn detect(
+        policy: LimitPolicy,
+        root: Option<&std::path::Path>,
+        cpu_seconds: u64,
+    ) -> Self {
         let found = match policy {
-            LimitPolicy::Rlimits => Err("cgroups are set aside (rlimits were asked for)".to_owned()),
+            LimitPolicy::Rlimits => {
+                Err("cgroups are set aside (rlimits were asked for)".to_owned())
+            }
             _ => CgroupHost::detect(root).map_err(|e| e.to_string()),
         };
         Self::choose(policy, found, cpu_seconds)
     }
 
     /// The enforcement for `policy` given what cgroup detection `found`.
-    fn choose(policy: LimitPolicy, found: std::result::Result<CgroupHost, String>, cpu_seconds: u64) -> Self {
+    fn choose(
+        policy: LimitPolicy,
+        found: std::result::Result<CgroupHost, String>,
+        cpu_seconds: u64,
+    ) -> Self {
         let (cgroups, why) = match found {
             Ok(c) => (Some(c), None),
             Err(e) => (None, Some(e)),
@@ -178,7 +191,11 @@ mod tests {
             pids: Some(16),
             cpus: Some(1.0),
         };
-        let none = Limiter::choose(LimitPolicy::Cgroups, Err("no cgroup v2 delegation".into()), 60);
+        let none = Limiter::choose(
+            LimitPolicy::Cgroups,
+            Err("no cgroup v2 delegation".into()),
+            60,
+        );
         assert!(!none.enforces());
         assert_eq!(
             none.enforcement(),
@@ -186,7 +203,9 @@ mod tests {
         );
         let refused = none.make_box("sbx-1", &small).err().map(|e| e.to_string());
         assert!(
-            refused.as_deref().is_some_and(|e| e.contains("no cgroup v2 delegation")),
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("no cgroup v2 delegation")),
             "{refused:?}"
         );
         // A box without limits is still made, with nothing wrapped around it.
@@ -205,6 +224,9 @@ mod tests {
         assert!(shown.contains("60 CPU seconds") && shown.contains("no cgroup v2 delegation"));
         assert!(matches!(opted.make_box("sbx-1", &small), Ok(None)));
         let wrapped = opted.argv(&meta(small), &argv);
-        assert_eq!(&wrapped[3..], ["crewlet-limits", "65536", "16", "60", "true"]);
+        assert_eq!(
+            &wrapped[3..],
+            ["crewlet-limits", "65536", "16", "60", "true"]
+        );
     }
 }

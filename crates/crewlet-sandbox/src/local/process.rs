@@ -103,7 +103,11 @@ pub(crate) fn tree(roots: &[i32]) -> Vec<(i32, char)> {
     let mut seen: std::collections::HashSet<i32> = out.iter().map(|(p, _)| *p).collect();
     let mut i = 0;
     while i < out.len() {
-        for &(pid, state) in children.get(&out[i].0).map(Vec::as_slice).unwrap_or_default() {
+        for &(pid, state) in children
+            .get(&out[i].0)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
             if seen.insert(pid) {
                 out.push((pid, state));
             }

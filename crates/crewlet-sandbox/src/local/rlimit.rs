@@ -105,7 +105,10 @@ mod tests {
         let argv = vec!["echo".to_owned(), "hi".to_owned()];
         let w = wrap(&limits, 90, &argv);
         assert_eq!(&w[..2], ["/bin/sh", "-c"]);
-        assert_eq!(&w[3..], ["crewlet-limits", "65536", "32", "90", "echo", "hi"]);
+        assert_eq!(
+            &w[3..],
+            ["crewlet-limits", "65536", "32", "90", "echo", "hi"]
+        );
         let none = wrap(&Limits::none(), 90, &argv);
         assert_eq!(&none[3..], ["crewlet-limits", "-", "-", "-", "echo", "hi"]);
     }

@@ -229,9 +229,9 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| {
-            bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b))
-        });
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
         if let Some(n) = octal
             .map(|d| d.iter().fold(0u32, |n, b| n * 8 + u32::from(b - b'0')))
             .and_then(|n| u8::try_from(n).ok())
@@ -412,7 +412,11 @@ mod tests {
         );
         // A mount of a sub-hierarchy shows its root at the mount point.
         assert_eq!(
-            under_mount(Path::new("/sys/fs/cgroup/memory"), "/docker/x", "/docker/x/y"),
+            under_mount(
+                Path::new("/sys/fs/cgroup/memory"),
+                "/docker/x",
+                "/docker/x/y"
+            ),
             PathBuf::from("/sys/fs/cgroup/memory/y")
         );
     }

@@ -113,7 +113,10 @@ impl Host {
         }
         let enable = CONTROLLERS.map(|c| format!("+{c}")).join(" ");
         write(&root.join("cgroup.subtree_control"), &enable).map_err(|e| {
-            unavailable(&format!("cannot enable {enable} in {}: {e}; {how}", root.display()))
+            unavailable(&format!(
+                "cannot enable {enable} in {}: {e}; {how}",
+                root.display()
+            ))
         })?;
         let base = root.join(PARENT);
         mkdir(&base, how)?;
@@ -134,7 +137,10 @@ impl Host {
         let dir = self.base.join(id);
         std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io(&dir, e))?;
         if let Some(mb) = limits.memory_mb {
-            write(&dir.join("memory.max"), &(mb.max(8) * 1024 * 1024).to_string())?;
+            write(
+                &dir.join("memory.max"),
+                &(mb.max(8) * 1024 * 1024).to_string(),
+            )?;
             // Memory and swap together stay under the limit, as with v1's
             // memsw: no swap at all. Without swap accounting the file is absent.
             let swap = dir.join("memory.swap.max");

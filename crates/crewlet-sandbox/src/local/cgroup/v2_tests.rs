@@ -115,10 +115,7 @@ fn setup_refuses_what_cgroup_v2_would_refuse_and_says_how_to_delegate() {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(
-        e.contains("controllers pids are not available"),
-        "{e}"
-    );
+    assert!(e.contains("controllers pids are not available"), "{e}");
     // Not a cgroup directory at all.
     let e = Host::setup(&t.join("nowhere"), false, 4242)
         .err()
@@ -138,7 +135,10 @@ fn the_top_of_the_hierarchy_keeps_its_processes() {
     cgroup_dir(&t.join(PARENT));
     Host::setup(&t, true, 4242).unwrap_or_else(|e| panic!("{e}"));
     assert!(!t.join(ENGINE_LEAF).exists());
-    assert_eq!(read(&t.join("cgroup.subtree_control")), "+memory +pids +cpu");
+    assert_eq!(
+        read(&t.join("cgroup.subtree_control")),
+        "+memory +pids +cpu"
+    );
     let _ = std::fs::remove_dir_all(t);
 }
 
@@ -173,10 +173,13 @@ fn a_box_gets_its_limits_in_the_v2_files() {
     assert!(!bare.join("memory.swap.max").exists());
     assert_eq!(read(&bare.join("memory.max")), "max\n");
     assert_eq!(read(&bare.join("cpu.max")), "max 100000\n");
-    host.make_box("sbx-2", &Limits {
-        cpus: Some(4.0),
-        ..Limits::none()
-    })
+    host.make_box(
+        "sbx-2",
+        &Limits {
+            cpus: Some(4.0),
+            ..Limits::none()
+        },
+    )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read(&bare.join("cpu.max")), "400000 100000");
     // A controller file the kernel does not show is an error, not a new file.
@@ -273,7 +276,10 @@ async fn kill_writes_cgroup_kill_and_waits_until_the_cgroup_is_empty() {
     };
     let cg = BoxCgroup { dir: t.clone() };
     cg.kill(Some("exec-1")).await;
-    assert!(emptied.load(Ordering::SeqCst), "kill returned before the cgroup emptied");
+    assert!(
+        emptied.load(Ordering::SeqCst),
+        "kill returned before the cgroup emptied"
+    );
     // Only the command's cgroup was killed, not the box.
     assert_eq!(read(&t.join("cgroup.kill")), "");
     kernel.await.unwrap_or_else(|e| panic!("{e}"));
@@ -320,7 +326,9 @@ fn the_engines_own_cgroup_comes_from_its_v2_line() {
 fn box_json_keeps_either_version() {
     let v2: super::super::BoxCgroup = serde_json::from_str(r#"{"v2": "/sys/fs/cgroup/a/sbx-1"}"#)
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(&v2, super::super::BoxCgroup::V2(c) if c.dir == Path::new("/sys/fs/cgroup/a/sbx-1")));
+    assert!(
+        matches!(&v2, super::super::BoxCgroup::V2(c) if c.dir == Path::new("/sys/fs/cgroup/a/sbx-1"))
+    );
     let text = serde_json::to_string(&v2).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(text, r#"{"v2":"/sys/fs/cgroup/a/sbx-1"}"#);
     // A box made by an engine from before v2 support still reads as v1.
