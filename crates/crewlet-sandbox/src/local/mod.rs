@@ -25,10 +25,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::io::AsyncReadExt;
 
-pub use self::limits::{Enforcement, LimitPolicy};
 use self::cgroup::BoxCgroup;
-use self::limits::Limiter;
 use self::layout::{BoxDir, BoxMeta, RunMeta};
+use self::limits::Limiter;
+pub use self::limits::{Enforcement, LimitPolicy};
 use crate::{
     BoxId, BoxSpec, Exec, ExecOutput, HOME, Network, Result, RunId, RunOutput, RunState, Sandbox,
     SandboxError, WORKSPACE, capped,
@@ -569,26 +569,8 @@ impl Sandbox for LocalSandbox {
             return Ok(());
         };
         let meta = dir.load_meta()?;
-        self.limiter.pause(&meta, &self.launchers(id, &dir)).await
-    }
-
-    async fn resume(&self, id: &BoxId) -> Result<()> {
-        let dir = self.dir(id)?;
-        let meta = dir.load_meta()?;
-        self.limiter.resume(&meta, &self.launchers(id, &dir)).await
-    }
-
-    async fn keepalive(&self, id: &BoxId, ttl: Duration) -> Result<()> {
-        let dir = self.dir(id)?;
-        let until =
-            chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
-        let p = dir.alive_path();
-        std::fs::write(&p, until.timestamp().to_string()).map_err(|e| SandboxError::io(p, e))
-    }
-
-    async fn kill(&self, id: &BoxId) -> Result<()> {
-        let Ok(dir) = self.dir(id) else {
-            self.envs.lock().remove(id);
+        self.limiter.kill(&meta, &self.launchers(id, &dir)).await;
+        self.envs.lock().remove(id);
         tokio::fs::remove_dir_all(&dir.root)
             .await
             .map_err(|e| SandboxError::io(&dir.root, e))?;
