@@ -180,7 +180,10 @@ async fn the_agent_reaches_its_model_through_the_proxy_and_never_holds_the_key()
     // The box had a token and the proxy's address, never the key.
     let out = root.join("out");
     let dump = read(&out.join("env-eng.txt"));
-    assert!(!dump.contains(REAL_KEY), "the real key is in the box:\n{dump}");
+    assert!(
+        !dump.contains(REAL_KEY),
+        "the real key is in the box:\n{dump}"
+    );
     let token = var(&dump, "ANTHROPIC_API_KEY").unwrap_or_default();
     assert!(token.starts_with("crewlet-run-"), "{dump}");
     let proxy = var(&dump, "ANTHROPIC_BASE_URL").unwrap_or_default();
@@ -247,7 +250,13 @@ async fn the_agent_reaches_its_model_through_the_proxy_and_never_holds_the_key()
     assert_eq!(after.status(), 401);
     let body: Value = after.json().await.unwrap_or_default();
     assert_eq!(body["error"]["code"], "invalid_token", "{body}");
-    assert_eq!(llm.requests().iter().filter(|r| r.wire == Wire::Anthropic).count(), 2);
+    assert_eq!(
+        llm.requests()
+            .iter()
+            .filter(|r| r.wire == Wire::Anthropic)
+            .count(),
+        2
+    );
 
     engine.shutdown().await;
     let _ = std::fs::remove_dir_all(&root);

@@ -149,7 +149,9 @@ pub(crate) fn derive(
                 name.as_deref().unwrap_or("none")
             ),
         };
-        return Err(format!("claude-code speaks the Anthropic API only, and {why}"));
+        return Err(format!(
+            "claude-code speaks the Anthropic API only, and {why}"
+        ));
     }
     Ok(access)
 }
@@ -249,11 +251,16 @@ mod tests {
         }
         // A box that cannot reach the proxy, or `none`: nothing.
         for (mode, reachable) in [(ModelKey::Proxy, false), (ModelKey::None, true)] {
-            let got = derive(&c, &a, CodingAgent::Opencode, mode, reachable, &none, &env());
-            assert!(
-                matches!(got, Ok(ModelAccess::Nothing)),
-                "{mode:?}: {got:?}"
+            let got = derive(
+                &c,
+                &a,
+                CodingAgent::Opencode,
+                mode,
+                reachable,
+                &none,
+                &env(),
             );
+            assert!(matches!(got, Ok(ModelAccess::Nothing)), "{mode:?}: {got:?}");
         }
         // Claude Code with nothing: a refusal that says how to opt in.
         let refused = derive(

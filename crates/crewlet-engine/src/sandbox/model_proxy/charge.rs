@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::Response;
+use crewlet_core::payload::EventPayload as _;
 use crewlet_store::{BudgetRefusal, ReservationId, ReserveOutcome};
 use futures::stream::{BoxStream, Stream, StreamExt as _};
 use tracing::{debug, warn};
@@ -47,11 +48,35 @@ pub(super) async fn reserve(s: &Shared, grant: &Grant) -> Result<ReservationId, 
             }
         };
         if refusal.is_spent(1) || tokio::time::Instant::now() >= deadline {
+            if grant.first_refusal() {
+                exhausted(s, grant, &refusal).await;
+            }
             return Err(spent(grant, &refusal));
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
     }
+}
+
+/// `budget_exhausted`, as a turn publishes it, for the run's first refused
+/// call.
+async fn exhausted(s: &Shared, grant: &Grant, r: &BudgetRefusal) {
+    let payload = crewlet_core::payload::BudgetExhausted {
+        budget_type: r.budget_type.as_str().to_owned(),
+        used_tokens: r.used_tokens,
+        max_tokens: r.max_tokens,
+    };
+    let mut event = payload
+        .to_event("engine")
+        .with_summary(format!(
+            "{} token budget exhausted ({} of {}): the coding agent's model calls are refused",
+            r.budget_type.as_str(),
+            r.used_tokens,
+            r.max_tokens
+        ))
+        .with_agent_handle(&grant.seat);
+    event.task_id = Some(grant.task_id.clone());
+    crate::sink::publish_event(s.queue.as_ref(), event).await;
 }
 
 fn spent(grant: &Grant, r: &BudgetRefusal) -> Response {

@@ -371,7 +371,10 @@ async fn handle(
         );
     };
     let Some(grant) = s.tokens.verify(token) else {
-        warn!(path = uri.path(), "model proxy: a call with an unknown or expired token was refused");
+        warn!(
+            path = uri.path(),
+            "model proxy: a call with an unknown or expired token was refused"
+        );
         return refuse(
             StatusCode::UNAUTHORIZED,
             "authentication_error",

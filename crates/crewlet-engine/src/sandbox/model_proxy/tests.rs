@@ -149,12 +149,46 @@ mod live {
 
     const REAL: &str = "sk-real-model-key-0123456789";
 
+    /// The events published, as they are published.
+    #[derive(Default)]
+    struct Published(parking_lot::Mutex<Vec<crewlet_core::Event>>);
+
+    #[async_trait::async_trait]
+    impl crewlet_queue::PublishListener for Published {
+        async fn on_publish(
+            &self,
+            _topic: &str,
+            event: &crewlet_core::Event,
+        ) -> Result<(), crewlet_queue::HandlerError> {
+            self.0.lock().push(event.clone());
+            Ok(())
+        }
+    }
+
+    impl Published {
+        fn of(&self, kind: crewlet_core::EventType) -> Vec<crewlet_core::Event> {
+            self.0
+                .lock()
+                .iter()
+                .filter(|e| e.event_type == kind)
+                .cloned()
+                .collect()
+        }
+    }
+
     async fn proxy(ledger: Arc<MemoryTokenLedger>) -> ModelProxy {
+        proxy_publishing(ledger).await.0
+    }
+
+    async fn proxy_publishing(ledger: Arc<MemoryTokenLedger>) -> (ModelProxy, Arc<Published>) {
         let queue: Arc<dyn crewlet_queue::EventQueue> =
             Arc::new(crewlet_queue::MemoryBroker::new().client());
-        ModelProxy::start(&ProxySettings::default(), ledger, queue)
+        let published = Arc::new(Published::default());
+        queue.add_publish_listener(published.clone());
+        let proxy = ModelProxy::start(&ProxySettings::default(), ledger, queue)
             .await
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        (proxy, published)
     }
 
     fn grant(run: Uuid, vendor: Vendor, base: String, agent_max: u64) -> Grant {
@@ -171,6 +205,7 @@ mod live {
                 agent_id: crewlet_core::AgentId::for_seat("C", "eng"),
                 limits: BudgetLimits {
                     agent_max,
+                    warn_at: 0.8,
                     ..BudgetLimits::default()
                 },
             },
@@ -207,30 +242,23 @@ mod live {
     #[tokio::test]
     async fn a_run_reaches_its_model_with_the_real_key_until_its_budget_is_spent_or_its_token_revoked()
      {
-        let llm = FakeLlmServer::start(
-            Script::new().on(When::any(), Reply::text("hello from the model").usage(40, 10)),
-        )
+        let llm = FakeLlmServer::start(Script::new().on(
+            When::any(),
+            Reply::text("hello from the model").usage(40, 10),
+        ))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
         let ledger = Arc::new(MemoryTokenLedger::new());
-        let p = proxy(ledger.clone()).await;
+        let (p, published) = proxy_publishing(ledger.clone()).await;
         let run = Uuid::now_v7();
-        let token = p.issue(grant(
-            run,
-            Vendor::Anthropic,
-            llm.anthropic_base_url(),
-            120,
-        ));
+        let token = p.issue(grant(run, Vendor::Anthropic, llm.anthropic_base_url(), 120));
         let env = p.run_env(Vendor::Anthropic, token.clone());
         assert_eq!(env.get("ANTHROPIC_API_KEY"), Some(&token));
         assert!(
             env.values().all(|v| !v.contains(REAL)),
             "the real key is in the run's env"
         );
-        let base = env
-            .get("ANTHROPIC_BASE_URL")
-            .cloned()
-            .unwrap_or_default();
+        let base = env.get("ANTHROPIC_BASE_URL").cloned().unwrap_or_default();
         assert!(base.starts_with("http://127.0.0.1:"), "{base}");
         let client = reqwest::Client::new();
         let call = |key: &str, stream: bool| {
@@ -245,18 +273,14 @@ mod live {
         };
 
         // A whole answer: as the model gave it, charged.
-        let whole = call(&token, false)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let whole = call(&token, false).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(whole.status(), 200);
         let body: Value = whole.json().await.unwrap_or_default();
         assert_eq!(body["content"][0]["text"], "hello from the model");
         charged(&ledger, 50).await;
 
         // A streamed answer: the events pass through as they come.
-        let streamed = call(&token, true)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let streamed = call(&token, true).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(streamed.status(), 200);
         assert!(
             streamed
@@ -269,7 +293,9 @@ mod live {
         assert!(
             text.starts_with("event: message_start")
                 && text.contains("content_block_delta")
-                && text.trim_end().ends_with(r#"data: {"type":"message_stop"}"#),
+                && text
+                    .trim_end()
+                    .ends_with(r#"data: {"type":"message_stop"}"#),
             "{text}"
         );
         charged(&ledger, 100).await;
@@ -289,9 +315,7 @@ mod live {
         );
 
         // Spent: refused before it reaches the model, and told not to retry.
-        let refused = call(&token, false)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let refused = call(&token, false).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(refused.status(), 429);
         assert_eq!(
             refused
@@ -308,6 +332,28 @@ mod live {
                 .is_some_and(|m| m.contains("150 of 120")),
             "{body}"
         );
+        // Said once per run, as a turn says it; a second refusal adds none.
+        assert_eq!(
+            call(&token, false).await.map(|r| r.status().as_u16()).ok(),
+            Some(429)
+        );
+        let exhausted = published.of(crewlet_core::EventType::BudgetExhausted);
+        assert_eq!(exhausted.len(), 1, "{exhausted:?}");
+        assert_eq!(exhausted[0].agent_handle(), Some("eng"));
+        assert_eq!(exhausted[0].task_id.as_deref(), Some("t1"));
+        assert_eq!(exhausted[0].payload["used_tokens"], 150);
+        // Crossing 80% of the cap (at 100 of 120) warned, once (published
+        // by the settlement, after the usage it waits for above).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let warned = loop {
+            let w = published.of(crewlet_core::EventType::BudgetWarning);
+            if !w.is_empty() || tokio::time::Instant::now() >= deadline {
+                break w;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert_eq!(warned[0].payload["used_tokens"], 100);
 
         // The model saw the real key, and none of the box's credentials.
         let seen: Vec<_> = llm
@@ -329,9 +375,7 @@ mod live {
         // Revoked with its run: what it spent, then 401 with the reason.
         let spent = p.revoke(run).map(|g| g.spent());
         assert_eq!(spent, Some((3, 150)));
-        let after = call(&token, false)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let after = call(&token, false).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(after.status(), 401);
         let body: Value = after.json().await.unwrap_or_default();
         assert_eq!(error_code(&body), "invalid_token", "{body}");

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use sha2::{Digest as _, Sha256};
@@ -33,6 +33,7 @@ pub(crate) struct Grant {
     pub payer: Payer,
     calls: AtomicU64,
     tokens: AtomicU64,
+    refused: AtomicBool,
 }
 
 impl Grant {
@@ -51,6 +52,7 @@ impl Grant {
             payer,
             calls: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -58,6 +60,12 @@ impl Grant {
     pub(crate) fn add(&self, tokens: u64) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.tokens.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    /// True the first time a call of this run is refused for a spent
+    /// budget (its event is published once per run).
+    pub(crate) fn first_refusal(&self) -> bool {
+        !self.refused.swap(true, Ordering::Relaxed)
     }
 
     /// Model calls answered and tokens charged so far.

@@ -166,7 +166,10 @@ mod tests {
         assert_eq!(read("application/json; charset=utf-8", chat, 1000), 42);
         let responses = r#"{"object":"response","usage":{"input_tokens":9,"output_tokens":3}}"#;
         assert_eq!(read("application/json", responses, 5), 12);
-        assert_eq!(read("application/json", r#"{"error":{"message":"no"}}"#, 3), 0);
+        assert_eq!(
+            read("application/json", r#"{"error":{"message":"no"}}"#, 3),
+            0
+        );
         assert_eq!(read("application/json", "not json", 3), 0);
     }
 
