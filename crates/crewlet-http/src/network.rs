@@ -23,6 +23,9 @@ pub struct Network {
     warnings: Vec<String>,
 }
 
+/// `reqwest::Proxy::https` and its siblings.
+type MakeProxy = fn(&str) -> reqwest::Result<reqwest::Proxy>;
+
 static GLOBAL: OnceLock<Network> = OnceLock::new();
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
@@ -183,7 +186,7 @@ impl Network {
                 .as_deref()
                 .and_then(reqwest::NoProxy::from_string)
         };
-        let rules: [(&Option<String>, fn(&str) -> reqwest::Result<reqwest::Proxy>); 3] = [
+        let rules: [(&Option<String>, MakeProxy); 3] = [
             (&self.proxy.https, |u| reqwest::Proxy::https(u)),
             (&self.proxy.http, |u| reqwest::Proxy::http(u)),
             (&self.proxy.all, |u| reqwest::Proxy::all(u)),

@@ -390,3 +390,46 @@ async fn the_blocking_client_trusts_and_proxies_alike() {
         vec![format!("localhost:{}", site.front.port())]
     );
 }
+
+#[tokio::test]
+async fn an_https_proxy_is_reached_over_tls_with_the_same_roots() {
+    let site = Site::start().await;
+    let proxy = ConnectProxy::start().await.unwrap();
+    // The proxy itself behind TLS signed by the same private CA.
+    let tls_proxy = TlsFront::start(&site.ca, proxy.addr()).await.unwrap();
+    let network = Network::new(&with_proxy(
+        site.trusting(),
+        ProxySettings {
+            https: Some(format!("https://localhost:{}", tls_proxy.port())),
+            ..ProxySettings::default()
+        },
+    ));
+    assert_eq!(
+        get_text(&network, &site.https("127.0.0.1", "/hello")).await,
+        Ok("hello".into())
+    );
+    assert_eq!(
+        ws_echo(&network, &site.wss("127.0.0.1")).await,
+        Ok("echo ping".into())
+    );
+    let port = site.front.port();
+    assert_eq!(
+        proxy.connect_targets(),
+        vec![format!("127.0.0.1:{port}"), format!("127.0.0.1:{port}")]
+    );
+    assert_eq!(tls_proxy.handshakes(), 2);
+
+    // Without the private CA the proxy's own certificate is refused.
+    let untrusting = Network::new(&NetworkSettings {
+        proxy: ProxySettings {
+            https: Some(format!("https://localhost:{}", tls_proxy.port())),
+            ..ProxySettings::default()
+        },
+        ..NetworkSettings::default()
+    });
+    let err = ws_echo(&untrusting, &site.wss("127.0.0.1"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("TLS to the proxy https://localhost:"), "{err}");
+    assert!(err.contains("UnknownIssuer"), "{err}");
+}
