@@ -17,6 +17,12 @@ pub enum SandboxError {
     /// A path that leaves the box's home, or is not allowed.
     #[error("path `{0}` is outside the sandbox's home")]
     PathOutside(String),
+    /// A file of the box the engine refused to follow: a symbolic link, a
+    /// path that would leave the box's home, or not a regular file (a FIFO
+    /// that would hang the reader). Something in the box made it, so this
+    /// is an escape attempt, never followed; `path` is the in-box path.
+    #[error("sandbox file `{path}` refused: {reason}")]
+    Escape { path: String, reason: &'static str },
     /// A request that makes no sense (an empty command line, a bad limit).
     #[error("invalid sandbox request: {0}")]
     Invalid(String),

@@ -1,7 +1,9 @@
 //! A box on the host's disk: `<state_dir>/<box>/` holds `home/` (the box's
 //! `/home/user`), `etc/` (its passwd, group and hosts), `box.json` (what it
 //! is), `runs/` (the host side of its detached runs) and `alive` (the
-//! keepalive deadline). Only `home/` is visible inside the box.
+//! keepalive deadline). Only `home/` is visible inside the box: the
+//! engine's own files beside it are plain host files, and what is under
+//! `home/` is opened only through [`HomeFs`].
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -9,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::BoxCgroup;
+use super::rootfs::HomeFs;
 use crate::{HOME, Limits, Network, Result, SandboxError, WORKSPACE};
 
 /// What is kept of a box on disk. No environment values: those are
@@ -105,6 +108,9 @@ impl BoxDir {
     }
 
     pub fn load_run(&self, run: &str) -> Result<Option<RunMeta>> {
+        if !plain_name(run) {
+            return Ok(None);
+        }
         let p = self.run_meta_path(run);
         if !p.is_file() {
             return Ok(None);
@@ -127,11 +133,17 @@ impl BoxDir {
             .collect()
     }
 
-    /// The host path of an in-box path, refusing anything outside the home.
-    ///
-    /// Symbolic links are followed only while they stay inside the home: a
-    /// box cannot point the engine at `/etc/shadow` with a link of its own.
-    pub fn host_path(&self, in_box: &str) -> Result<PathBuf> {
+    /// The box's home, open for the engine's file operations: every path
+    /// under it is resolved by the kernel beneath it, following no link.
+    pub fn home_fs(&self) -> Result<HomeFs> {
+        HomeFs::open(&self.home())
+    }
+
+    /// An in-box path as a path relative to the home, refusing anything
+    /// outside it. Only the words are checked here; what is on disk (links
+    /// the box made) is the business of [`HomeFs`], which opens without
+    /// ever leaving the home.
+    pub fn home_rel(in_box: &str) -> Result<PathBuf> {
         let outside = || SandboxError::PathOutside(in_box.to_owned());
         let full = if in_box.starts_with('/') {
             PathBuf::from(in_box)
@@ -144,24 +156,18 @@ impl BoxDir {
         {
             return Err(outside());
         }
-        let home = self.home();
-        let host = home.join(rel);
-        // Resolve the deepest existing ancestor and check it is still inside.
-        let home_real = std::fs::canonicalize(&home).map_err(|e| SandboxError::io(&home, e))?;
-        let mut probe = host.clone();
-        loop {
-            match std::fs::canonicalize(&probe) {
-                Ok(real) if real.starts_with(&home_real) => break,
-                Ok(_) => return Err(outside()),
-                Err(_) => {
-                    if !probe.pop() {
-                        return Err(outside());
-                    }
-                }
-            }
-        }
-        Ok(host)
+        Ok(rel.to_path_buf())
     }
+
+    /// Where a detached run leaves its output, relative to the home.
+    pub fn run_home_rel(run: &str) -> PathBuf {
+        Path::new(".crewlet/runs").join(run)
+    }
+}
+
+/// True for a run id the backend could have made: one plain file name.
+fn plain_name(run: &str) -> bool {
+    !run.is_empty() && !run.starts_with('.') && !run.contains(['/', '\0'])
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
@@ -201,12 +207,15 @@ mod tests {
     #[test]
     fn paths_stay_in_the_home() {
         let (state, dir) = temp_box();
-        let home = dir.home();
+        assert!(dir.home_fs().is_ok());
         assert_eq!(
-            dir.host_path("a/b.txt").ok(),
-            Some(home.join("workspace/a/b.txt"))
+            BoxDir::home_rel("a/b.txt").ok(),
+            Some(PathBuf::from("workspace/a/b.txt"))
         );
-        assert_eq!(dir.host_path("/home/user/x").ok(), Some(home.join("x")));
+        assert_eq!(
+            BoxDir::home_rel("/home/user/x").ok(),
+            Some(PathBuf::from("x"))
+        );
         for bad in [
             "/etc/passwd",
             "../x",
@@ -215,17 +224,14 @@ mod tests {
             "/home/userx/a",
         ] {
             assert!(
-                matches!(dir.host_path(bad), Err(SandboxError::PathOutside(_))),
+                matches!(BoxDir::home_rel(bad), Err(SandboxError::PathOutside(_))),
                 "{bad}"
             );
         }
-        // A link the box made that points out of it is refused.
-        let link = home.join("workspace/out");
-        std::os::unix::fs::symlink("/etc", &link).unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(
-            dir.host_path("out/passwd"),
-            Err(SandboxError::PathOutside(_))
-        ));
+        assert!(plain_name("run-0123"));
+        for bad in ["", "..", "../x", "a/b", ".hidden"] {
+            assert!(!plain_name(bad), "{bad}");
+        }
         let _ = std::fs::remove_dir_all(state);
     }
 }

@@ -15,6 +15,7 @@ mod layout;
 mod limits;
 mod process;
 mod rlimit;
+mod rootfs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use self::cgroup::BoxCgroup;
 use self::layout::{BoxDir, BoxMeta, RunMeta};
 use self::limits::Limiter;
 pub use self::limits::{Enforcement, LimitPolicy};
+use self::rootfs::{HomeFs, Take, is_missing};
 use crate::{
     BoxId, BoxSpec, Exec, ExecOutput, HOME, Network, Result, RunId, RunOutput, RunState, Sandbox,
     SandboxError, WORKSPACE, capped,
@@ -340,13 +342,37 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid[uuid.len() - 16..])
 }
 
-/// The exit code a detached run's wrapper wrote, once it has.
-fn exit_code(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// The most the engine reads of a file copied out of a box.
+pub const READ_CAP: u64 = 64 * 1024 * 1024;
+
+/// The exit code a detached run's wrapper wrote, once it has. A link or a
+/// FIFO in its place is refused ([`SandboxError::Escape`]); anything else
+/// unreadable is no exit code yet.
+fn exit_code(fs: &HomeFs, run: &str) -> Result<Option<i32>> {
+    match fs.read(&BoxDir::run_home_rel(run).join("exit"), Take::All(64)) {
+        Ok(b) => Ok(String::from_utf8_lossy(&b).trim().parse().ok()),
+        Err(e @ SandboxError::Escape { .. }) => Err(e),
+        Err(_) => Ok(None),
+    }
 }
 
-fn read_capped(path: &Path) -> String {
-    std::fs::read(path).map(|b| capped(&b)).unwrap_or_default()
+/// The tail of one of a run's output files ([`OUTPUT_CAP`](crate::OUTPUT_CAP)
+/// bytes at most); empty while it is not there.
+fn read_output(fs: &HomeFs, rel: &Path) -> Result<String> {
+    match fs.read(rel, Take::Tail(crate::OUTPUT_CAP as u64)) {
+        Ok(b) => Ok(capped(&b)),
+        Err(e) if is_missing(&e) => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs blocking file work off the async threads.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SandboxError::io("box file", std::io::Error::other(e.to_string())))?
 }
 
 #[async_trait]
@@ -483,8 +509,8 @@ impl Sandbox for LocalSandbox {
                 run: run.0.clone(),
             });
         };
-        let exit = dir.home().join(".crewlet/runs").join(&run.0).join("exit");
-        if let Some(code) = exit_code(&exit) {
+        let fs = dir.home_fs()?;
+        if let Some(code) = exit_code(&fs, &run.0)? {
             return Ok(RunState::Exited { code });
         }
         let box_meta = dir.load_meta()?;
@@ -496,7 +522,7 @@ impl Sandbox for LocalSandbox {
             return Ok(RunState::Running);
         }
         // The exit code may have landed between the two reads.
-        if let Some(code) = exit_code(&exit) {
+        if let Some(code) = exit_code(&fs, &run.0)? {
             return Ok(RunState::Exited { code });
         }
         Ok(RunState::Lost)
@@ -510,37 +536,28 @@ impl Sandbox for LocalSandbox {
                 run: run.0.clone(),
             });
         }
-        let d = dir.home().join(".crewlet/runs").join(&run.0);
-        Ok(RunOutput {
-            stdout: read_capped(&d.join("stdout")),
-            stderr: read_capped(&d.join("stderr")),
+        let d = BoxDir::run_home_rel(&run.0);
+        off_thread(move || {
+            let fs = dir.home_fs()?;
+            Ok(RunOutput {
+                stdout: read_output(&fs, &d.join("stdout"))?,
+                stderr: read_output(&fs, &d.join("stderr"))?,
+            })
         })
+        .await
     }
 
     async fn write_file(&self, id: &BoxId, path: &str, bytes: &[u8]) -> Result<()> {
         let dir = self.dir(id)?;
-        let host = dir.host_path(path)?;
-        if let Some(parent) = host.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| SandboxError::io(parent, e))?;
-        }
-        // Re-check after making the parents, and never write through a link.
-        let host = dir.host_path(path)?;
-        if std::fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(SandboxError::PathOutside(path.to_owned()));
-        }
-        tokio::fs::write(&host, bytes)
-            .await
-            .map_err(|e| SandboxError::io(&host, e))
+        let rel = BoxDir::home_rel(path)?;
+        let bytes = bytes.to_vec();
+        off_thread(move || dir.home_fs()?.write(&rel, &bytes)).await
     }
 
     async fn read_file(&self, id: &BoxId, path: &str) -> Result<Vec<u8>> {
         let dir = self.dir(id)?;
-        let host = dir.host_path(path)?;
-        tokio::fs::read(&host)
-            .await
-            .map_err(|e| SandboxError::io(path, e))
+        let rel = BoxDir::home_rel(path)?;
+        off_thread(move || dir.home_fs()?.read(&rel, Take::All(READ_CAP))).await
     }
 
     async fn pause(&self, id: &BoxId) -> Result<()> {
