@@ -26,7 +26,7 @@ const HOLD_WAIT: Duration = Duration::from_secs(60);
 /// spent; waits while only other calls' holds stand in the way. A call's
 /// cost is known only once it is answered, so the hold is one token and
 /// the settlement charges what the answer reports.
-pub(super) async fn reserve(s: &Shared, grant: &Grant) -> Result<ReservationId, Response> {
+pub(super) async fn reserve(s: &Shared, grant: &Grant) -> Result<ReservationId, Box<Response>> {
     let deadline = tokio::time::Instant::now() + HOLD_WAIT;
     let mut pause = Duration::from_millis(50);
     let charge = grant
@@ -39,19 +39,19 @@ pub(super) async fn reserve(s: &Shared, grant: &Grant) -> Result<ReservationId, 
             Ok(ReserveOutcome::Refused(r)) => r,
             Err(e) => {
                 warn!(agent = %grant.seat, error = %e, "model proxy: cannot read the seat's budget");
-                return Err(refuse(
+                return Err(Box::new(refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "api_error",
                     "budget_unavailable",
                     "the seat's budget cannot be read right now; try again shortly",
-                ));
+                )));
             }
         };
         if refusal.is_spent(1) || tokio::time::Instant::now() >= deadline {
             if grant.first_refusal() {
                 exhausted(s, grant, &refusal).await;
             }
-            return Err(spent(grant, &refusal));
+            return Err(Box::new(spent(grant, &refusal)));
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));

@@ -249,7 +249,7 @@ fn presented(headers: &HeaderMap) -> Option<&str> {
 
 /// Whether the proxy forwards `method path` for `vendor`, and whether the
 /// call is a model call to charge. `Err` is the refusal.
-fn route(vendor: Vendor, method: &Method, path: &str) -> Result<bool, Response> {
+fn route(vendor: Vendor, method: &Method, path: &str) -> Result<bool, Box<Response>> {
     let model_id = path
         .strip_prefix("/v1/models/")
         .is_some_and(|id| !id.is_empty() && !id.contains(['/', '%']) && id != "..");
@@ -263,7 +263,7 @@ fn route(vendor: Vendor, method: &Method, path: &str) -> Result<bool, Response> 
         (_, "/v1/models") => (false, false),
         _ if model_id => (false, false),
         _ => {
-            return Err(refuse(
+            return Err(Box::new(refuse(
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 "not_a_model_path",
@@ -271,17 +271,17 @@ fn route(vendor: Vendor, method: &Method, path: &str) -> Result<bool, Response> 
                     "`{path}` is not one of the {} model API paths this proxy forwards",
                     vendor.name()
                 ),
-            ));
+            )));
         }
     };
     let want = if post { Method::POST } else { Method::GET };
     if method != want {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
             "method_not_allowed",
             &format!("`{path}` takes {want}, not {method}"),
-        ));
+        )));
     }
     Ok(charged)
 }
@@ -386,12 +386,12 @@ async fn handle(
     let path = uri.path();
     let charged = match route(vendor, &method, path) {
         Ok(c) => c,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let hold = if charged {
         match charge::reserve(&s, &grant).await {
             Ok(id) => Some(id),
-            Err(refusal) => return refusal,
+            Err(refusal) => return *refusal,
         }
     } else {
         None
