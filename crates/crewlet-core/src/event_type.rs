@@ -158,6 +158,7 @@ event_types! {
     SandboxRunStarted = "sandbox_run_started" => System,
     SandboxClarificationRequested = "sandbox_clarification_requested" => System,
     SandboxRunCompleted = "sandbox_run_completed" => System,
+    SandboxEscapeRefused = "sandbox_escape_refused" => System,
     // communication
     MessageSent = "message_sent" => Communication,
     // decision

@@ -9,6 +9,7 @@ use serde_json::json;
 use tracing::warn;
 use uuid::Uuid;
 
+use super::escape::{self, Refusal};
 use super::{SandboxService, Waited, agent};
 
 impl SandboxService {
@@ -55,9 +56,13 @@ impl SandboxService {
         }
     }
 
-    /// One look at a running run: keep its box alive, or collect it.
+    /// One look at a running run: keep its box alive, or collect it. A
+    /// file of the box the backend refuses (a link the agent left in place
+    /// of its output, report or question) is reported in the result and
+    /// as `sandbox_escape_refused`, and the rest is collected as usual.
     async fn check(&self, run: &SandboxRun) {
         let id = BoxId(run.box_id.clone());
+        let mut refused = Vec::new();
         let state = self.backend.poll(&id, &RunId(run.run_id.clone())).await;
         let exit = match state {
             Ok(RunState::Running) => {
@@ -67,23 +72,34 @@ impl SandboxService {
             Ok(RunState::Exited { code }) => Some(code),
             Ok(RunState::Lost) => None,
             Err(e) => {
-                warn!(agent = %run.seat, sandbox = %id, error = %e, "the sandbox is gone; the run failed");
+                match Refusal::of(&e, "poll") {
+                    Some(r) => refused.push(r),
+                    None => {
+                        warn!(agent = %run.seat, sandbox = %id, error = %e, "the sandbox is gone; the run failed")
+                    }
+                }
                 None
             }
         };
-        let output = self
+        let output = match self
             .backend
             .run_output(&id, &RunId(run.run_id.clone()))
             .await
-            .unwrap_or_default();
-        let findings = self.read_text(&id, agent::FINDINGS).await;
+        {
+            Ok(o) => o,
+            Err(e) => {
+                refused.extend(Refusal::of(&e, "read"));
+                Default::default()
+            }
+        };
+        let findings = self.read_text(&id, agent::FINDINGS, &mut refused).await;
         let question = match self
-            .read_text(&id, "/home/user/.crewlet/ask/question")
+            .read_text(&id, "/home/user/.crewlet/ask/question", &mut refused)
             .await
         {
             Some(q) if !q.trim().is_empty() => {
                 let to = self
-                    .read_text(&id, "/home/user/.crewlet/ask/to")
+                    .read_text(&id, "/home/user/.crewlet/ask/to", &mut refused)
                     .await
                     .unwrap_or_else(|| "requester".into());
                 Some((q, to))
@@ -92,12 +108,14 @@ impl SandboxService {
         };
         let audience = question.as_ref().map(|(_, to)| to.trim().to_owned());
         let asked = question.is_some();
-        let result = agent::result(exit, findings, &output.stdout, &output.stderr, question);
+        let mut result = agent::result(exit, findings, &output.stdout, &output.stderr, question);
+        escape::mark(&mut result, &refused);
         if let Some(to) = audience
             && exit.is_some()
             && let Some(request) = self.parks(run, &to)
             && self.park(run, &request, &result).await
         {
+            self.escapes_refused(run, &refused).await;
             return;
         }
         let to = if exit.is_some() {
@@ -115,6 +133,7 @@ impl SandboxService {
             .await
         {
             Ok(Some(done)) => {
+                self.escapes_refused(&done, &refused).await;
                 self.charge(&done).await;
                 let trace = crewlet_core::TraceContext::new_root();
                 let verb = if asked { "asks a question" } else { "finished" };
@@ -134,8 +153,20 @@ impl SandboxService {
         }
     }
 
-    async fn read_text(&self, id: &BoxId, path: &str) -> Option<String> {
-        let bytes = self.backend.read_file(id, path).await.ok()?;
-        Some(String::from_utf8_lossy(&bytes).into_owned())
+    /// A text file of the box; `None` when it is not there or cannot be
+    /// read, noting in `refused` when the backend refused it.
+    async fn read_text(
+        &self,
+        id: &BoxId,
+        path: &str,
+        refused: &mut Vec<Refusal>,
+    ) -> Option<String> {
+        match self.backend.read_file(id, path).await {
+            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) => {
+                refused.extend(Refusal::of(&e, "read"));
+                None
+            }
+        }
     }
 }

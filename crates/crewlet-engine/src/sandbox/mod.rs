@@ -23,6 +23,7 @@ mod ask;
 mod backend;
 mod budget;
 mod collect;
+mod escape;
 mod llm_env;
 mod mcp;
 mod model_proxy;
@@ -447,6 +448,7 @@ impl SandboxService {
         let run_id = match started {
             Ok(r) => r,
             Err(e) => {
+                self.escape_refused_at_start(ctx, &box_id, &e).await;
                 if let Some(p) = self.proxy.get() {
                     p.revoke(id);
                 }
