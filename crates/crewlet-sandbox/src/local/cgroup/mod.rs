@@ -43,11 +43,17 @@ impl CgroupHost {
         let mountinfo = read_proc("/proc/self/mountinfo")?;
         let own = read_proc("/proc/self/cgroup")?;
         match Layout::of(&mountinfo) {
-            Layout::Legacy(mounts) => v1::Host::detect(&mounts, &own).map(Self::V1),
+            Layout::Legacy(mounts) => {
+                if let Some(r) = root {
+                    tracing::warn!(cgroup_root = %r.display(), "the sandbox's cgroup_root is for cgroup v2 hosts; this host's v1 controllers are used instead");
+                }
+                v1::Host::detect(&mounts, &own).map(Self::V1)
+            }
             Layout::Unified(mount) => {
-                let (dir, ours) = match root {
-                    Some(r) => (r.to_path_buf(), false),
-                    None => (v2::own_dir(&mount, &own)?, true),
+                // The engine moves itself out of its own cgroup only.
+                let (dir, ours) = match (root, v2::own_dir(&mount, &own)) {
+                    (Some(r), own_dir) => (r.to_path_buf(), own_dir.is_ok_and(|o| o == r)),
+                    (None, own_dir) => (own_dir?, true),
                 };
                 v2::Host::setup(&dir, ours, std::process::id()).map(Self::V2)
             }
