@@ -6,6 +6,7 @@
 //! `home/` is opened only through [`HomeFs`].
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,11 @@ impl BoxDir {
         mk(self.home().join(".crewlet").join("runs"))?;
         mk(self.root.join("etc"))?;
         mk(self.root.join("runs"))?;
+        // The box's files are owned by the engine's user on the host (its
+        // uid 1000 maps to it), set-uid bits included: no other host user
+        // may reach them.
+        std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| SandboxError::io(&self.root, e))?;
         let etc = self.root.join("etc");
         let files = [
             (
@@ -208,6 +214,8 @@ mod tests {
     fn paths_stay_in_the_home() {
         let (state, dir) = temp_box();
         assert!(dir.home_fs().is_ok());
+        let mode = std::fs::metadata(&dir.root).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode.ok(), Some(0o700), "other host users reach the box");
         assert_eq!(
             BoxDir::home_rel("a/b.txt").ok(),
             Some(PathBuf::from("workspace/a/b.txt"))
