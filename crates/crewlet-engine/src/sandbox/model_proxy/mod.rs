@@ -408,7 +408,24 @@ async fn handle(
         .body(body);
     if let Some(key) = &grant.upstream.key {
         request = match vendor {
-            Vendor::Anthropic => request.header("x-api-key", key),
+            Vendor::Anthropic => match HeaderValue::from_str(key) {
+                Ok(mut v) => {
+                    // Kept out of any debug print of the request.
+                    v.set_sensitive(true);
+                    request.header("x-api-key", v)
+                }
+                Err(_) => {
+                    if let Some(id) = hold {
+                        let _ = s.ledger.release(id).await;
+                    }
+                    return refuse(
+                        StatusCode::BAD_GATEWAY,
+                        "api_error",
+                        "invalid_provider_key",
+                        "the seat's model key is not a valid header value; the engine's operator must fix it",
+                    );
+                }
+            },
             Vendor::OpenAi => request.bearer_auth(key),
         };
     }
