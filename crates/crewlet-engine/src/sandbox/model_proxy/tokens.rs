@@ -1,9 +1,9 @@
 //! The per-run tokens a box uses in place of the model key. A token is
-//! 256 bits from the OS's random source (two v4 UUIDs' worth, 244 of them
-//! random), kept only as its SHA-256 digest: a presented token is hashed
-//! and looked up, so no comparison runs over the secret itself. A token is
-//! valid from its run's start until it is revoked (the run collected,
-//! lost, parked or its box removed); the engine never stores it.
+//! two v4 UUIDs from the OS's random source (244 random bits), kept only
+//! as its SHA-256 digest: a presented token is hashed and looked up, so no
+//! comparison runs over the secret itself. A token is valid from its run's
+//! start until it is revoked (the run collected, lost, parked or its box
+//! removed); the engine never stores it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
