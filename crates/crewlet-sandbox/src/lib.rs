@@ -69,6 +69,16 @@ pub trait Sandbox: Send + Sync {
     /// Reads a file.
     async fn read_file(&self, id: &BoxId, path: &str) -> Result<Vec<u8>>;
 
+    /// Reads at most the last `max` bytes of a file (a report the engine
+    /// keeps the end of). Backends that can read a part of a file without
+    /// the rest say so by overriding this.
+    async fn read_file_tail(&self, id: &BoxId, path: &str, max: usize) -> Result<Vec<u8>> {
+        let mut bytes = self.read_file(id, path).await?;
+        let start = bytes.len().saturating_sub(max);
+        bytes.drain(..start);
+        Ok(bytes)
+    }
+
     /// Stops every process of the box where it stands, keeping memory and
     /// disk (a run waiting on a human answer).
     async fn pause(&self, id: &BoxId) -> Result<()>;

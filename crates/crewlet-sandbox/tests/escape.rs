@@ -200,6 +200,22 @@ async fn links_and_fifos_in_a_box_are_never_followed_by_copies_in_or_out() {
         .await
         .expect("writing a FIFO hung");
     assert!(escape_at(&write, "workspace/pipe"), "{write:?}");
+    // A tail read takes the end of a big file without the rest, and
+    // refuses a link as a whole read does.
+    let big = sb
+        .exec(
+            &id,
+            &Exec::shell(
+                "head -c 4194304 /dev/zero | tr '\\0' a > big && printf END >> big && echo ok",
+            ),
+        )
+        .await
+        .expect("big");
+    assert_eq!(big.stdout, "ok\n", "{big:?}");
+    let tail = sb.read_file_tail(&id, "big", 3).await.expect("tail");
+    assert_eq!(tail, b"END");
+    let read = sb.read_file_tail(&id, "outfile", 3).await;
+    assert!(escape_at(&read, "workspace/outfile"), "{read:?}");
     // Plain files beside them still go both ways.
     sb.write_file(&id, "plain/ok.txt", b"fine")
         .await

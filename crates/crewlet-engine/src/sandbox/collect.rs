@@ -12,6 +12,10 @@ use uuid::Uuid;
 use super::escape::{self, Refusal};
 use super::{SandboxService, Waited, agent};
 
+/// How much of the end of a report or question file is read (the result
+/// keeps less).
+const REPORT_READ: usize = 64 * 1024;
+
 impl SandboxService {
     /// Waits until no run of `handle`'s turn `turn_id` is running, keeping
     /// the boxes alive and collecting each run that ends: then the turn
@@ -92,14 +96,21 @@ impl SandboxService {
                 Default::default()
             }
         };
-        let findings = self.read_text(&id, agent::FINDINGS, &mut refused).await;
+        let findings = self
+            .read_text(&id, agent::FINDINGS, REPORT_READ, &mut refused)
+            .await;
         let question = match self
-            .read_text(&id, "/home/user/.crewlet/ask/question", &mut refused)
+            .read_text(
+                &id,
+                "/home/user/.crewlet/ask/question",
+                REPORT_READ,
+                &mut refused,
+            )
             .await
         {
             Some(q) if !q.trim().is_empty() => {
                 let to = self
-                    .read_text(&id, "/home/user/.crewlet/ask/to", &mut refused)
+                    .read_text(&id, "/home/user/.crewlet/ask/to", 1024, &mut refused)
                     .await
                     .unwrap_or_else(|| "requester".into());
                 Some((q, to))
@@ -153,15 +164,17 @@ impl SandboxService {
         }
     }
 
-    /// A text file of the box; `None` when it is not there or cannot be
-    /// read, noting in `refused` when the backend refused it.
+    /// The last `max` bytes of a text file of the box; `None` when it is
+    /// not there or cannot be read, noting in `refused` when the backend
+    /// refused it.
     async fn read_text(
         &self,
         id: &BoxId,
         path: &str,
+        max: usize,
         refused: &mut Vec<Refusal>,
     ) -> Option<String> {
-        match self.backend.read_file(id, path).await {
+        match self.backend.read_file_tail(id, path, max).await {
             Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
             Err(e) => {
                 refused.extend(Refusal::of(&e, "read"));

@@ -560,6 +560,12 @@ impl Sandbox for LocalSandbox {
         off_thread(move || dir.home_fs()?.read(&rel, Take::All(READ_CAP))).await
     }
 
+    async fn read_file_tail(&self, id: &BoxId, path: &str, max: usize) -> Result<Vec<u8>> {
+        let dir = self.dir(id)?;
+        let rel = BoxDir::home_rel(path)?;
+        off_thread(move || dir.home_fs()?.read(&rel, Take::Tail(max as u64))).await
+    }
+
     async fn pause(&self, id: &BoxId) -> Result<()> {
         let dir = self.dir(id)?;
         let meta = dir.load_meta()?;
