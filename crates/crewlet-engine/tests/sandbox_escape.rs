@@ -186,3 +186,94 @@ async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_repo
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The agent's first run leaves a link to `SECRET` where the engine writes
+/// the next run's brief, and reports.
+const BRIEF_LINKING_AGENT: &str = r#"#!/bin/sh
+ln -sf SECRET /home/user/.crewlet/brief.md
+echo "first run done" > /home/user/.crewlet/findings.md
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_that_links_the_next_brief_to_a_host_file_gets_no_write_through_it() {
+    if !sandbox_available().await {
+        return;
+    }
+    let root = std::env::temp_dir().join(format!(
+        "crewlet-sandbox-escape-brief-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let gate = root.join("gate");
+    let host = root.join("host");
+    std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&host).unwrap_or_else(|e| panic!("{e}"));
+    let marker = format!("HOST-FILE-{}", uuid::Uuid::now_v7().simple());
+    let secret = host.join("config");
+    std::fs::write(&secret, &marker).unwrap_or_else(|e| panic!("{e}"));
+    executable(
+        &gate.join("agent"),
+        &BRIEF_LINKING_AGENT.replace("SECRET", &secret.display().to_string()),
+    );
+    let plan = json!({"decision": "plan", "reasoning": "code", "steps": [{"intent": "code", "tools": ["run_sandbox"]}],
+                      "tools_needed": ["run_sandbox"], "success_criteria": ["done"]});
+    let script = Script::new()
+        .on(
+            When::tool_offered("submit_review"),
+            Reply::tool_call("submit_review", json!({"decision": "done", "notes": "ok", "completed_work": "x", "final_artifact": "Reported."})),
+        )
+        .on(When::tool_offered("submit_plan"), Reply::tool_call("submit_plan", plan))
+        .on(When::tool_result_contains("refused: a symbolic link"), Reply::text("The box tried an escape."))
+        .on(
+            When::tool_result_contains("first run done"),
+            Reply::tool_call("run_sandbox", json!({"brief": "SECOND-BRIEF: go on."})),
+        )
+        .on(
+            When::tool_offered("run_sandbox").and_after_tool_result(false),
+            Reply::tool_call("run_sandbox", json!({"brief": "Do the job."})),
+        )
+        .on(When::any(), Reply::text("?"));
+    let llm = FakeLlmServer::start(script)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backends = Backends::memory();
+    let engine = EngineBuilder::new(company(&llm.openai_base_url(), &root, &gate), &backends)
+        .options(EngineOptions {
+            start_mcp: false,
+            maintenance_interval: None,
+            stream_progress: false,
+            env: path_only(),
+            ..EngineOptions::default()
+        })
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    engine
+        .assign("eng", "api", "Do the job in the sandbox, twice.")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the engineer's task to complete", WAIT, || {
+        completed_by(&backends.stores, "eng")
+    })
+    .await;
+    engine.shutdown().await;
+
+    // The second brief never went through the link.
+    let content = std::fs::read_to_string(&secret).unwrap_or_default();
+    assert_eq!(content, marker, "the engine wrote through the box's link");
+    let refused = events_of(&backends.stores, EventType::SandboxEscapeRefused).await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].payload["path"], "/home/user/.crewlet/brief.md");
+    assert_eq!(refused[0].payload["operation"], "write");
+    assert_eq!(refused[0].payload["seat"], "eng");
+    assert!(refused[0].payload["run_id"].is_null());
+    // One run started: the second was refused before it began, and the
+    // model was told why.
+    let started = events_of(&backends.stores, EventType::SandboxRunStarted).await;
+    assert_eq!(started.len(), 1, "{started:?}");
+    let told = llm
+        .requests()
+        .iter()
+        .any(|r| r.body.to_string().contains("refused: a symbolic link"));
+    assert!(told, "the model never saw the refusal");
+    let _ = std::fs::remove_dir_all(&root);
+}
