@@ -141,7 +141,9 @@ fn model_key(
         ));
     }
     let unreachable = match p.kind {
-        SandboxKind::E2b => Some("E2B boxes run remotely and cannot reach the engine's model proxy"),
+        SandboxKind::E2b => {
+            Some("E2B boxes run remotely and cannot reach the engine's model proxy")
+        }
         SandboxKind::Local if p.local.as_ref().is_some_and(|l| l.network == "none") => {
             Some("boxes with `local.network: none` reach no network, the model proxy included")
         }
@@ -297,7 +299,8 @@ mod tests {
         assert!(
             offline
                 .iter()
-                .any(|f| f.starts_with("providers.sandbox.model_proxy.bind") && f.contains("loopback")),
+                .any(|f| f.starts_with("providers.sandbox.model_proxy.bind")
+                    && f.contains("loopback")),
             "{offline:?}"
         );
         assert!(
