@@ -491,9 +491,15 @@ export function createMock(opts = {}) {
     res.end(text);
   }
   const err = (res, status, error, reason, extra = {}) => send(res, status, { error, reason, ...extra });
+  /** The token of a `crewlet.bearer.<hex>` socket subprotocol, as the server reads it. */
+  function protocolToken(req) {
+    const offered = String(req.headers['sec-websocket-protocol'] || '').split(',').map((p) => p.trim());
+    const hex = offered.find((p) => p.startsWith('crewlet.bearer.'))?.slice('crewlet.bearer.'.length);
+    return hex ? Buffer.from(hex, 'hex').toString('utf8') : null;
+  }
   function authz(req, need) {
     const h = req.headers.authorization || '';
-    const q = new URL(req.url, 'http://x').searchParams.get('token');
+    const q = new URL(req.url, 'http://x').searchParams.get('token') || protocolToken(req);
     const given = h.startsWith('Bearer ') ? h.slice(7) : q;
     if (given && given !== token) return 'invalid token';
     if (need === 'read' && !readAuth) return null;
@@ -676,6 +682,7 @@ export function createMock(opts = {}) {
     clients.delete(c);
     c.socket.end();
   }
+  let lastSocketToken = null;
   function onUpgrade(req, socket) {
     const url = new URL(req.url, 'http://x');
     const reject = (status, text) => { socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`); };
@@ -684,7 +691,11 @@ export function createMock(opts = {}) {
     const key = req.headers['sec-websocket-key'];
     if (!key) return reject(400, 'Bad Request');
     const accept = crypto.createHash('sha1').update(key + WS_GUID).digest('base64');
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+    // As the server: select `crewlet.v1` when offered, never the token's.
+    const offered = String(req.headers['sec-websocket-protocol'] || '').split(',').map((p) => p.trim());
+    const proto = offered.includes('crewlet.v1') ? 'Sec-WebSocket-Protocol: crewlet.v1\r\n' : '';
+    lastSocketToken = protocolToken(req);
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n${proto}\r\n`);
     socket.setNoDelay(true);
     const c = { socket, closed: false, buf: Buffer.alloc(0) };
     socket.on('data', (chunk) => {
@@ -731,6 +742,9 @@ export function createMock(opts = {}) {
 
   return {
     server, token,
+    /** The token the newest socket carried as its subprotocol (null: none). */
+    get socketToken() { return lastSocketToken; },
+    set socketToken(v) { lastSocketToken = v; },
     async listen(port = 0, host = '127.0.0.1') {
       await new Promise((res) => server.listen(port, host, res));
       const addr = server.address();

@@ -280,7 +280,8 @@ async function until(what, fn, { timeout = SLOW, every = 250 } = {}) {
 
 /** The stored events of a task, oldest first. */
 async function storedOf(taskId) {
-  const page = await getJson(`/events?task_id=${encodeURIComponent(taskId)}&limit=500`);
+  // With the token: prompts, responses and artifacts need `read:content`.
+  const page = await getJson(`/events?task_id=${encodeURIComponent(taskId)}&limit=500`, { auth: true });
   return page.events.slice().sort((a, b) => (a.id < b.id ? -1 : 1));
 }
 
@@ -325,16 +326,27 @@ test('engine: a task sent from the page runs, its phases appear live and in orde
   const { page, context, problems } = await open(`#/agents/${SEAT}`);
   await roomReady(page, 'agent');
   await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
+
+  // Anonymous reads are metadata only: the page says what it hides and
+  // where the token is; the real user's way to content is to paste one.
+  const notice = page.locator('[data-testid="content-hidden"]');
+  await notice.waitFor({ state: 'visible', timeout: T });
+  assert.match(await notice.textContent(), /Prompts and responses hidden: paste a token with read:content/);
+  await shot(page, 'content-hidden');
+  await page.click('[data-testid="show-content"]');
+  await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: T });
+  await page.fill('[data-testid="token-input"]', token);
+  await page.click('[data-testid="token-submit"]');
+  await notice.waitFor({ state: 'hidden', timeout: T });
+  await roomReady(page, 'agent');
+  await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
   await watchRail(page);
 
-  // The real user's way: submit, the page asks for the token, then posts.
+  // With the token held, the task goes straight out.
   const text = `Write the <b>week</b> up for the founder (e2e ${Date.now()})`;
   await page.fill('[data-testid="task-text"]', text);
   const posted = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === `/agents/${SEAT}/tasks`, { timeout: T });
   await page.click('[data-testid="task-submit"]');
-  await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: T });
-  await page.fill('[data-testid="token-input"]', token);
-  await page.click('[data-testid="token-submit"]');
   const res = await posted;
   assert.equal(res.status(), 202, await res.text());
   const r = await res.json();
@@ -392,8 +404,26 @@ test('engine: the task\'s trace opens as a tree and inspect shows the recorded p
     assert.equal(typeof ev.payload?.response, 'string', `${ev.payload?.phase}: payload.response recorded`);
   }
 
-  const { page, context, problems } = await open(`#/traces/${sent.trace_id}`);
+  // Without a token the trace is there, its prompts and responses are not.
+  {
+    const anon = await open(`#/traces/${sent.trace_id}`);
+    await roomReady(anon.page, 'trace');
+    await anon.page.locator('[data-testid="content-hidden"]').waitFor({ state: 'visible', timeout: T });
+    const row = anon.page.locator(`[data-room="trace"] .trow[data-event="${phases[0].id}"]`);
+    await row.locator('[data-testid="inspect"]').click();
+    await row.locator('[data-testid="inspect-panel"]').waitFor({ timeout: T });
+    const [prompt, response] = await row.locator('[data-testid="inspect-panel"] pre').allTextContents();
+    assert.equal(prompt, '(hidden: paste a token with read:content)', 'no prompt without read:content');
+    assert.equal(response, '(hidden: paste a token with read:content)', 'no response without read:content');
+    const shown = await anon.page.evaluate(() => document.body.innerText);
+    assert.ok(!shown.includes(sent.text), 'the task\'s text is nowhere in the anonymous page');
+    assert.deepEqual(anon.problems, [], anon.problems.join('\n'));
+    await anon.context.close();
+  }
+
+  const { page, context, problems } = await open(`#/traces/${sent.trace_id}`, { token: true });
   await roomReady(page, 'trace');
+  assert.equal(await page.locator('[data-testid="content-hidden"]').isVisible(), false, 'no notice with a read:content token');
   const created = stored.find((e) => e.type === 'task_created');
   const rootRow = page.locator(`[data-room="trace"] ol.tree-top > li.span > .trow[data-type="task_created"][data-event="${created.id}"]`);
   await rootRow.waitFor({ timeout: T });
@@ -735,7 +765,7 @@ test('without a socket the page polls the snapshot', mockOnly, async () => {
   await other.close();
 });
 
-test('closed reads: the token dialog on load, then the socket with ?token=', mockOnly, async () => {
+test('closed reads: the token dialog on load, then the socket with the token as its subprotocol', mockOnly, async () => {
   const other = createMock({ readAuth: true, speed: 0.5 });
   const url = await other.listen(0);
   const context = await browser.newContext({ viewport: DESKTOP });
@@ -748,14 +778,17 @@ test('closed reads: the token dialog on load, then the socket with ?token=', moc
   await page.click('[data-testid="token-submit"]');
   await roomReady(page, 'mission');
   await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
-  assert.ok(sockets.some((u) => u.includes(`token=${other.token}`)), sockets.join(' '));
+  assert.equal(other.socketToken, other.token, 'the socket carried the token as its subprotocol');
+  assert.ok(!sockets.some((u) => u.includes('token=')), `never in the URL: ${sockets.join(' ')}`);
   assert.ok(await page.locator('[data-testid="forget-token"]').isVisible());
   // After a reload the held token opens the socket too.
   sockets.length = 0;
+  other.socketToken = null;
   await page.reload();
   await roomReady(page, 'mission');
   await page.locator('#conn[data-conn="live"]').waitFor({ timeout: T });
-  assert.ok(sockets.some((u) => u.includes(`token=${other.token}`)), sockets.join(' '));
+  assert.equal(other.socketToken, other.token);
+  assert.ok(sockets.length > 0 && !sockets.some((u) => u.includes('token=')), sockets.join(' '));
   await context.close();
   await other.close();
 });

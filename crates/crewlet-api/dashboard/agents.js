@@ -1,6 +1,6 @@
 // The seat list and the live agent page.
 
-import { api, qs, AuthCancelled } from './api.js';
+import { api, qs, AuthCancelled, notShown } from './api.js';
 import { store } from './live.js';
 import {
   h, room, replace, loaded, num, ms, when, stateBadge, bar, section, empty, table, eventItem,
@@ -77,8 +77,8 @@ function phaseRecord(ev) {
       h('span', { class: 'muted small' }, `${p.model || ''} · ${num(p.input_tokens)} in / ${num(p.output_tokens)} out · ${ms(p.duration_ms)}`),
       h('a', { href: `#/events/${encodeURIComponent(ev.id)}`, class: 'small' }, 'event')),
     toolList(p.tool_executions),
-    h('details', {}, h('summary', {}, 'Response'), h('pre', { class: 'text' }, p.response ?? '(not recorded)')),
-    h('details', {}, h('summary', {}, 'Prompt'), h('pre', { class: 'text' }, p.prompt ?? '(not recorded)')));
+    h('details', {}, h('summary', {}, 'Response'), h('pre', { class: 'text' }, p.response ?? notShown())),
+    h('details', {}, h('summary', {}, 'Prompt'), h('pre', { class: 'text' }, p.prompt ?? notShown())));
 }
 
 function memoryView(m) {

@@ -1,6 +1,7 @@
 // HTTP with the bearer token. The token lives only in sessionStorage (this
-// tab, until it closes) and is asked for only when the server wants it: a
-// write, or a read answered 401.
+// tab, until it closes) and is asked for when the server wants it: a write,
+// a read answered 401, or the reader's wish to see content the server hid
+// (prompts and responses need a token with `read:content`).
 
 import { h } from './ui.js';
 
@@ -8,7 +9,7 @@ const KEY = 'crewlet.token';
 const listeners = new Set();
 
 export const auth = {
-  /** Set once a read was answered 401: the socket then carries ?token=. */
+  /** Set once a read was answered 401. */
   readsNeedToken: false,
   get token() {
     try { return sessionStorage.getItem(KEY) || null; } catch { return null; }
@@ -23,6 +24,34 @@ export const auth = {
   },
   onChange(fn) { listeners.add(fn); return () => listeners.delete(fn); },
 };
+
+/**
+ * Whether the server left content out of what this tab reads (prompts,
+ * responses, memory, task text): it does for a reader without a token with
+ * `read:content`, and says so with `x-crewlet-content: hidden` and the
+ * snapshot's `content_hidden`.
+ */
+const contentListeners = new Set();
+export const content = {
+  hidden: false,
+  set(hidden) {
+    if (this.hidden === !!hidden) return;
+    this.hidden = !!hidden;
+    contentListeners.forEach((fn) => fn());
+  },
+  onChange(fn) { contentListeners.add(fn); return () => contentListeners.delete(fn); },
+};
+
+/** What to show where a prompt or response is absent. */
+export function notShown() {
+  return content.hidden ? '(hidden: paste a token with read:content)' : '(not recorded)';
+}
+
+/** Where the local operator token is, when this page is served on loopback. */
+export function localTokenPath() {
+  if (!LOOPBACK.test(location.hostname)) return null;
+  return `~/.crewlet/run/api-${location.port || (location.protocol === 'https:' ? 443 : 80)}.token`;
+}
 
 export class HttpError extends Error {
   constructor(status, body) {
@@ -49,8 +78,8 @@ export function askToken(why) {
         h('h2', { id: 'token-title' }, 'API token'),
         h('p', {}, why || 'This needs a bearer token.'),
         h('label', { for: 'token-input' }, 'Token'), input,
-        LOOPBACK.test(location.hostname) ? h('p', { class: 'muted small' }, 'Running locally without configured tokens? The API wrote one to ',
-          h('code', {}, `~/.crewlet/run/api-${location.port || (location.protocol === 'https:' ? 443 : 80)}.token`), '.') : null,
+        localTokenPath() ? h('p', { class: 'muted small' }, 'Running locally without configured tokens? The API wrote one to ',
+          h('code', {}, localTokenPath()), '.') : null,
         h('p', { class: 'muted small' }, 'Kept only in this tab (sessionStorage) until you forget it or close the tab.'),
         h('div', { class: 'row end' },
           h('button', { type: 'submit', value: 'cancel', class: 'ghost', formnovalidate: true }, 'Cancel'),
@@ -101,6 +130,8 @@ export async function api(path, { method = 'GET', body, headers = {}, signal, wr
     }
     const data = await parse(res);
     if (!res.ok) throw new HttpError(res.status, data);
+    const shown = res.headers.get('x-crewlet-content');
+    if (shown) content.set(shown === 'hidden');
     return data;
   }
 }

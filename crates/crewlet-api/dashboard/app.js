@@ -2,7 +2,7 @@
 // (ctx) -> root element; ctx.signal aborts and ctx.on unsubscribes when the
 // reader leaves the room.
 
-import { auth, askToken } from './api.js';
+import { auth, askToken, content, localTokenPath } from './api.js';
 import { store, start, reconnect } from './live.js';
 import { h, room, replace, ago as agoText } from './ui.js';
 import { mission } from './mission.js';
@@ -105,6 +105,14 @@ function paintToken() {
   document.getElementById('forget-token').hidden = !auth.token;
 }
 
+/** The notice that says what the server hid, and how to see it. */
+function paintContent() {
+  document.getElementById('content-hidden').hidden = !content.hidden;
+  const hint = document.getElementById('local-token-hint');
+  const path = localTokenPath();
+  hint.replaceChildren(...(path ? [' Running locally without configured tokens? The API wrote one to ', h('code', {}, path), '.'] : []));
+}
+
 function paintCompany() {
   const el = document.getElementById('company');
   el.textContent = store.company || '';
@@ -139,7 +147,13 @@ function boot() {
   document.getElementById('unlock').addEventListener('click', () => {
     askToken('Reads on this server need a token.').then(() => { start(); mount(false); }).catch(() => {});
   });
+  document.getElementById('show-content').addEventListener('click', () => {
+    // Asked to see content: once the token is given, read the room again.
+    askToken('Prompts, responses and memory need a token with read:content (operate and admin include it).')
+      .then(() => mount(false)).catch(() => {});
+  });
   auth.onChange(paintToken);
+  content.onChange(paintContent);
   store.on('conn', paintConn);
   store.on('heartbeat', paintConn);
   store.on('snapshot', () => { paintCompany(); paintAttention(); });
@@ -147,17 +161,21 @@ function boot() {
   store.on('refetch', () => mount(false));
   paintConn();
   paintToken();
+  paintContent();
   window.addEventListener('hashchange', () => {
     if (location.hash === '#main') return;
     mount(true);
   });
   if (!location.hash || location.hash === '#' || location.hash === '#/') history.replaceState(null, '', '#/mission');
   mount(false);
-  let hadToken = !!auth.token;
+  let heldToken = auth.token;
   auth.onChange(() => {
-    // A token given after reads were refused: reopen the socket with it.
-    if (auth.token && !hadToken && auth.readsNeedToken) reconnect();
-    hadToken = !!auth.token;
+    // A new token (or none): the socket reads again with it, so the live
+    // state shows the content the token may see. The room is read again
+    // by whoever asked for the token (a write in flight keeps its room).
+    if (auth.token === heldToken) return;
+    heldToken = auth.token;
+    reconnect();
   });
   start();
   // Relative times age: refresh them every 30 s.

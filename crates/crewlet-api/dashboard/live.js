@@ -1,7 +1,8 @@
 // The live projection the rooms read: first the snapshot, then the socket
-// (/ws/stream?after=<cursor>), else a poll of the snapshot every 5 s.
+// (/ws/stream?after=<cursor>, the token as a subprotocol), else a poll of
+// the snapshot every 5 s.
 
-import { api, auth, qs, AuthCancelled } from './api.js';
+import { api, auth, qs, AuthCancelled, content } from './api.js';
 import { evType } from './ui.js';
 
 const MAX_EVENTS = 500;
@@ -78,6 +79,7 @@ let pendingRows = null;
 function applySnapshot(snap, { replayFollows = false } = {}) {
   store.company = snap.company || store.company;
   store.health = snap.health || null;
+  content.set(!!snap.content_hidden);
   store.seats = new Map((snap.seats || []).map((seat) => [seat.handle, seat]));
   store.attention = snap.attention || [];
   store.budget = snap.budget || null;
@@ -201,9 +203,19 @@ function stopPolling() {
 
 function socketUrl() {
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  const q = { after: store.cursor };
-  if (auth.readsNeedToken && auth.token) q.token = auth.token;
-  return `${proto}//${location.host}/ws/stream${qs(q)}`;
+  return `${proto}//${location.host}/ws/stream${qs({ after: store.cursor })}`;
+}
+
+/**
+ * The socket's subprotocols: `crewlet.v1`, which the server selects, and
+ * the token (hex) when one is held, so it never travels in the URL (where
+ * a proxy could log it) and never comes back in the answer.
+ */
+function socketProtocols() {
+  const token = auth.token;
+  if (!token) return undefined;
+  const hex = Array.from(new TextEncoder().encode(token), (b) => b.toString(16).padStart(2, '0')).join('');
+  return ['crewlet.v1', `crewlet.bearer.${hex}`];
 }
 
 function armWatchdog() {
@@ -219,7 +231,7 @@ function connect() {
   const resuming = !!store.cursor;
   let sock;
   try {
-    sock = new WebSocket(socketUrl());
+    sock = new WebSocket(socketUrl(), socketProtocols());
   } catch {
     scheduleReconnect();
     return;
@@ -267,13 +279,6 @@ function connect() {
     ws = null;
     pendingRows = null;
     clearTimeout(watchdog);
-    if (!opened && auth.token && !auth.readsNeedToken) {
-      // A token is held (from before a reload) and the socket was refused:
-      // reads may be closed, so try once more with ?token=.
-      auth.readsNeedToken = true;
-      scheduleReconnect(0);
-      return;
-    }
     if (!opened && !everOpened) startPolling();
     else if (!pollTimer) setConn('reconnecting');
     // 4008: too slow; catch up at once from the last event seen.

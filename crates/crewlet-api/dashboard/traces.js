@@ -1,7 +1,7 @@
 // Traces: the recent ones, grouped from recent events, and one trace as a
 // tree of spans.
 
-import { api, qs } from './api.js';
+import { api, qs, notShown } from './api.js';
 import { store } from './live.js';
 import {
   h, room, replace, loaded, num, ms, when, section, empty, table, agentLink, errorBox, evType, short, throttle, clock, isFailed,
@@ -111,8 +111,8 @@ function detailOf(ev, open, toggle) {
     }, open ? 'Hide' : 'Inspect'));
     if (open) {
       bits.push(h('div', { class: 'inspect', id: panelId, 'data-testid': 'inspect-panel' },
-        h('h4', {}, 'Prompt'), h('pre', { class: 'text', tabindex: '0' }, p.prompt ?? '(not recorded)'),
-        h('h4', {}, 'Response'), h('pre', { class: 'text', tabindex: '0' }, p.response ?? '(not recorded)'),
+        h('h4', {}, 'Prompt'), h('pre', { class: 'text', tabindex: '0' }, p.prompt ?? notShown()),
+        h('h4', {}, 'Response'), h('pre', { class: 'text', tabindex: '0' }, p.response ?? notShown()),
         p.tool_executions?.length ? h('p', { class: 'small' }, 'Tools: ', p.tool_executions.map((t) => `${t.name} (${t.ok ? 'ok' : 'failed'}, ${ms(t.duration_ms)})`).join(', ')) : null));
     }
   }

@@ -3,17 +3,22 @@
 //! SHA-256 and compared with `subtle`, and the loop never exits early, so
 //! neither the position of a mismatch nor the length of a token leaks.
 //!
-//! Each token carries scopes: `read` (every read), `operate` (writes that
-//! run work: tasks, budgets), `admin` (the company configuration, which can
-//! name programs, variables and hosts within Tier A's `security` block).
-//! A route says which it needs through its extractor ([`ReadAccess`],
-//! [`TokenAccess`] for `operate`, [`AdminAccess`]); a valid token without it
-//! answers 403 naming the scope, no token where one is needed 401.
+//! Each token carries scopes, which nest: `read` (every read, metadata
+//! only), `read:content` (the reads with their content: prompts, responses,
+//! memory, task text; see [`crate::content`]), `operate` (writes that run
+//! work: tasks, budgets; includes `read:content`), `admin` (the company
+//! configuration, which can name programs, variables and hosts within Tier
+//! A's `security` block; includes `operate`). A route says which it needs
+//! through its extractor ([`ReadAccess`], [`TokenAccess`] for `operate`,
+//! [`AdminAccess`]); a valid token without it answers 403 naming the scope,
+//! no token where one is needed 401 naming it too. Anonymous callers read
+//! what the listener allows ([`AnonymousAccess`]): metadata by default on
+//! loopback, nothing elsewhere.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use crewlet_config::{ApiAuth, Scope};
+use crewlet_config::{AnonymousAccess, ApiAuth, Scope};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
@@ -30,7 +35,7 @@ struct Entry {
 /// The configured tokens, as digests.
 pub(crate) struct Tokens {
     entries: Vec<Entry>,
-    allow_anonymous_read: bool,
+    anonymous: AnonymousAccess,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -44,7 +49,7 @@ impl std::fmt::Debug for Tokens {
                     .map(|e| (&e.id, &e.scopes))
                     .collect::<Vec<_>>(),
             )
-            .field("allow_anonymous_read", &self.allow_anonymous_read)
+            .field("anonymous", &self.anonymous)
             .finish()
     }
 }
@@ -54,7 +59,9 @@ fn digest(token: &[u8]) -> [u8; 32] {
 }
 
 impl Tokens {
-    pub fn new(auth: &ApiAuth) -> Self {
+    /// The tokens of `auth`, on a listener whose anonymous callers may
+    /// read `anonymous`.
+    pub fn new(auth: &ApiAuth, anonymous: AnonymousAccess) -> Self {
         Self {
             entries: auth
                 .tokens
@@ -66,8 +73,13 @@ impl Tokens {
                     scopes: Scope::ALL.into_iter().filter(|s| t.grants(*s)).collect(),
                 })
                 .collect(),
-            allow_anonymous_read: auth.allow_anonymous_read,
+            anonymous,
         }
+    }
+
+    /// What anonymous callers may read.
+    pub fn anonymous(&self) -> AnonymousAccess {
+        self.anonymous
     }
 
     /// Warns once per token that has no `scopes` (it keeps every power).
@@ -76,7 +88,7 @@ impl Tokens {
             if t.scopes.is_none() {
                 tracing::warn!(
                     token_id = %t.id,
-                    "api token `{}` has no scopes (api.auth.tokens[{i}].scopes): it keeps read, operate and admin for compatibility; this is deprecated, list the scopes it needs",
+                    "api token `{}` has no scopes (api.auth.tokens[{i}].scopes): it keeps every scope (read, read:content, operate, admin) for compatibility; this is deprecated, list the scopes it needs",
                     t.id
                 );
             }
@@ -113,6 +125,10 @@ impl Tokens {
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub token_id: Option<String>,
+    /// Whether the caller may see content (`read:content`, or anonymous
+    /// reads opened to content on loopback); without it content fields are
+    /// left out of every answer.
+    pub content: bool,
 }
 
 impl Caller {
@@ -167,23 +183,32 @@ fn check(
         Some(token) => match tokens.find(token) {
             Some(entry) if entry.scopes.contains(&scope) => Ok(Caller {
                 token_id: Some(entry.id.clone()),
+                content: entry.scopes.contains(&Scope::ReadContent),
             }),
             Some(entry) => Err(forbidden(&entry.id, scope, parts)),
             None => Err(unauthorized("the bearer token is not valid")),
         },
-        None if anonymous_ok => Ok(Caller { token_id: None }),
-        None if tokens.is_empty() => Err(unauthorized(
-            "this route needs a bearer token, and none is configured: add api.auth.tokens to config.yaml",
-        )),
-        None => Err(unauthorized(
-            "this route needs a bearer token (Authorization: Bearer <token>)",
-        )),
+        None if anonymous_ok => Ok(Caller {
+            token_id: None,
+            content: tokens.anonymous() == AnonymousAccess::Content,
+        }),
+        None if tokens.is_empty() => Err(unauthorized(format!(
+            "{} {} needs a bearer token with the `{scope}` scope, and none is configured: add api.auth.tokens to config.yaml",
+            parts.method,
+            parts.uri.path()
+        ))),
+        None => Err(unauthorized(format!(
+            "{} {} needs a bearer token with the `{scope}` scope (Authorization: Bearer <token>)",
+            parts.method,
+            parts.uri.path()
+        ))),
     }
 }
 
-/// A read: open unless `api.auth.allow_anonymous_read: false`. A token that
-/// is presented must be valid and carry `read` (which `operate` and `admin`
-/// include).
+/// A read: open to anonymous callers where the listener allows it
+/// (`api.auth.allow_anonymous_read`), metadata only unless it allows
+/// content. A token that is presented must be valid and carry `read` (which
+/// every scope includes); its content shows with `read:content`.
 #[derive(Debug, Clone)]
 pub struct ReadAccess(pub Caller);
 
@@ -191,7 +216,7 @@ impl FromRequestParts<ApiState> for ReadAccess {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, HttpError> {
-        let anonymous_ok = state.tokens().allow_anonymous_read;
+        let anonymous_ok = state.tokens().anonymous() != AnonymousAccess::None;
         check(parts, state, Scope::Read, anonymous_ok).map(ReadAccess)
     }
 }
@@ -231,28 +256,31 @@ mod tests {
     use super::*;
 
     fn tokens() -> Tokens {
-        Tokens::new(&ApiAuth {
-            tokens: vec![
-                ApiToken {
-                    id: "ops".into(),
-                    token: "s3cret-token".into(),
-                    scopes: None,
-                },
-                ApiToken {
-                    id: "ci".into(),
-                    token: "another-one".into(),
-                    scopes: None,
-                },
-                ApiToken {
-                    id: "blank".into(),
-                    token: "  ".into(),
-                    scopes: None,
-                },
-            ],
-            allow_anonymous_read: true,
-            allowed_origins: vec![],
-            disabled: None,
-        })
+        Tokens::new(
+            &ApiAuth {
+                tokens: vec![
+                    ApiToken {
+                        id: "ops".into(),
+                        token: "s3cret-token".into(),
+                        scopes: None,
+                    },
+                    ApiToken {
+                        id: "ci".into(),
+                        token: "another-one".into(),
+                        scopes: None,
+                    },
+                    ApiToken {
+                        id: "blank".into(),
+                        token: "  ".into(),
+                        scopes: None,
+                    },
+                ],
+                allow_anonymous_read: None,
+                allowed_origins: vec![],
+                disabled: None,
+            },
+            AnonymousAccess::Metadata,
+        )
     }
 
     #[test]
@@ -270,19 +298,25 @@ mod tests {
 
     #[test]
     fn scopes_are_kept_per_token_and_unset_means_all() {
-        let t = Tokens::new(&ApiAuth {
-            tokens: vec![
-                ApiToken::new("all", "t-all"),
-                ApiToken::new("reader", "t-read").with_scopes([Scope::Read]),
-                ApiToken::new("ops", "t-ops").with_scopes([Scope::Operate]),
-                ApiToken::new("admin", "t-admin").with_scopes([Scope::Admin]),
-            ],
-            ..ApiAuth::default()
-        });
+        let t = Tokens::new(
+            &ApiAuth {
+                tokens: vec![
+                    ApiToken::new("all", "t-all"),
+                    ApiToken::new("reader", "t-read").with_scopes([Scope::Read]),
+                    ApiToken::new("content", "t-content").with_scopes([Scope::ReadContent]),
+                    ApiToken::new("ops", "t-ops").with_scopes([Scope::Operate]),
+                    ApiToken::new("admin", "t-admin").with_scopes([Scope::Admin]),
+                ],
+                ..ApiAuth::default()
+            },
+            AnonymousAccess::None,
+        );
         let scopes = |token: &str| t.find(token).map(|e| e.scopes.clone());
-        assert_eq!(scopes("t-all"), Some(Scope::ALL.to_vec()));
-        assert_eq!(scopes("t-read"), Some(vec![Scope::Read]));
-        assert_eq!(scopes("t-ops"), Some(vec![Scope::Read, Scope::Operate]));
-        assert_eq!(scopes("t-admin"), Some(vec![Scope::Read, Scope::Admin]));
+        let up_to = |n: usize| Some(Scope::ALL[..n].to_vec());
+        assert_eq!(scopes("t-all"), up_to(4));
+        assert_eq!(scopes("t-read"), up_to(1));
+        assert_eq!(scopes("t-content"), up_to(2));
+        assert_eq!(scopes("t-ops"), up_to(3));
+        assert_eq!(scopes("t-admin"), up_to(4), "admin includes operate");
     }
 }

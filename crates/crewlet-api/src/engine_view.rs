@@ -31,6 +31,9 @@ pub enum AgentState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CurrentTask {
     pub task_id: String,
+    /// The task's text, shortened; content, left out for a caller without
+    /// `read:content`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub summary: String,
     pub started_at: DateTime<Utc>,
     /// `plan`, `execute` or `review`.

@@ -38,6 +38,10 @@ pub enum ApiError {
     /// The bootstrap asks for a backend this build does not have.
     #[error("{0}")]
     Unsupported(String),
+    /// The bootstrap may not serve on this listener (anonymous reads on an
+    /// address that is not loopback without the value that names the risk).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<crewlet_backends::BackendError> for ApiError {

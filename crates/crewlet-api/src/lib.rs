@@ -25,9 +25,11 @@
 
 mod auth;
 mod company;
+pub mod content;
 mod engine_view;
 mod error;
 mod gzip;
+mod listener;
 pub mod live;
 mod local_token;
 pub mod openapi;
@@ -43,6 +45,7 @@ pub use engine_view::{
     ToolAnnotations, ToolView,
 };
 pub use error::{ApiError, ErrorBody, HttpError};
+pub use listener::prepare_listener;
 pub use local_token::{
     LOCAL_TOKEN_ID, install_local_token, local_token_path, read_local_token, wants_local_token,
 };

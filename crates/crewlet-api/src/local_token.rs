@@ -8,19 +8,12 @@
 //! configured token, or a non-loopback host, turns it off.
 
 use std::io::Write as _;
-use std::net::IpAddr;
 use std::path::PathBuf;
 
-use crewlet_config::{ApiConfig, ApiToken, Scope};
+use crewlet_config::{ApiConfig, ApiToken, Scope, is_loopback_host as is_loopback};
 
 /// The id the local token is known by (the author of config revisions).
 pub const LOCAL_TOKEN_ID: &str = "local-operator";
-
-fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
 
 /// Where the token of the API on `port` is kept.
 pub fn local_token_path(port: u16) -> Option<PathBuf> {
@@ -59,11 +52,7 @@ pub fn install_local_token(config: &mut ApiConfig, host: &str, port: u16) -> Opt
     config
         .auth
         .tokens
-        .push(ApiToken::new(LOCAL_TOKEN_ID, token).with_scopes([
-            Scope::Read,
-            Scope::Operate,
-            Scope::Admin,
-        ]));
+        .push(ApiToken::new(LOCAL_TOKEN_ID, token).with_scopes([Scope::Admin]));
     Some(path)
 }
 

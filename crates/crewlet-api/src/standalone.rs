@@ -89,13 +89,11 @@ pub async fn serve(
 ) -> Result<(), ApiError> {
     let backends = connect(&bootstrap).await?;
     let mut api_config = bootstrap.api.clone();
-    if let Ok(addr) = listener.local_addr()
-        && let Some(file) =
-            crate::install_local_token(&mut api_config, &addr.ip().to_string(), addr.port())
-    {
-        info!(file = %file.display(),
-            "no api token is configured: a local operator token for this loopback listener is in this file (`crewlet task send` and the dashboard's writes use it)");
-    }
+    let addr = listener.local_addr().map_err(|e| ApiError::Bind {
+        addr: bootstrap.api.host.clone(),
+        reason: e.to_string(),
+    })?;
+    crate::prepare_listener(&mut api_config, &addr.ip().to_string(), addr.port())?;
     let secrets = crewlet_backends::Secrets::open(&bootstrap, &backends.stores).await?;
     let builder = ApiBuilder::new(api_config, backends.queue.clone(), &backends.stores)
         .events(backends.stores.events.clone())

@@ -268,7 +268,18 @@ impl ApiBuilder {
 
     /// Loads the active company revision (if any) and builds the router.
     pub async fn build(self) -> crate::Api {
-        let tokens = Tokens::new(&self.config.auth);
+        // The listener's host (set by `prepare_listener` to the address it
+        // binds): a host the bootstrap may not serve anonymously on gets no
+        // anonymous reads at all, never more than it asked for.
+        let anonymous = self
+            .config
+            .auth
+            .anonymous_access(&self.config.host)
+            .unwrap_or_else(|reason| {
+                tracing::error!("{reason}; anonymous reads are refused");
+                crewlet_config::AnonymousAccess::None
+            });
+        let tokens = Tokens::new(&self.config.auth, anonymous);
         if tokens.is_empty() {
             tracing::warn!(
                 "no api tokens configured (api.auth.tokens): /config and every write answer 401"

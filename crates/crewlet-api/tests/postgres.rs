@@ -138,11 +138,15 @@ async fn standalone_api_reads_agent_memory_from_postgresql() {
     let server = tokio::spawn(crewlet_api::standalone::serve(bootstrap, listener, async {
         let _ = rx.await;
     }));
+    let port = listener_port(&base);
     let http = reqwest::Client::new();
     let url = format!("{base}/agents/eng/memory");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Memory is content: read it with the local operator token the
+    // loopback listener wrote (anonymous reads are metadata only).
     let body = loop {
-        if let Ok(r) = http.get(&url).send().await
+        if let Some(token) = crewlet_api::read_local_token(port)
+            && let Ok(r) = http.get(&url).bearer_auth(token).send().await
             && r.status() == 200
         {
             break r.json::<serde_json::Value>().await.unwrap();
@@ -159,6 +163,20 @@ async fn standalone_api_reads_agent_memory_from_postgresql() {
     assert_eq!(body["episodes"]["raw"], 0);
     assert_eq!(body["onboarding"]["chain_hash"], "chain-1");
     assert!(!body.to_string().contains("embedding"));
+    let anonymous: serde_json::Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(anonymous["diary"]["total"], 1, "{anonymous}");
+    assert!(
+        anonymous["diary"]["items"][0].get("content").is_none(),
+        "{anonymous}"
+    );
     let _ = tx.send(());
     server.await.unwrap().unwrap();
+}
+
+/// The port of `http://127.0.0.1:{port}`.
+fn listener_port(base: &str) -> u16 {
+    base.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {base}"))
 }

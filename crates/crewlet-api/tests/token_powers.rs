@@ -72,7 +72,7 @@ async fn serve(security: Security, company: Option<&str>) -> Server {
     let config = ApiConfig {
         auth: ApiAuth {
             tokens: tokens(),
-            allow_anonymous_read: false,
+            allow_anonymous_read: Some(crewlet_config::AnonymousRead::Refused),
             allowed_origins: vec![],
             ..ApiAuth::default()
         },

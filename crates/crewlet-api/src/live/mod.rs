@@ -15,8 +15,8 @@ pub mod budget;
 pub mod projection;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
 use crewlet_config::Organization;
@@ -47,6 +47,41 @@ pub struct Frame {
     /// The event's topic (`crewlet.events.<type>`); `None`: a seat frame.
     pub topic: Option<String>,
     pub json: String,
+    /// The frame carries no content: every socket gets `json`.
+    plain: bool,
+    /// The frame without its content, made for the first socket without
+    /// `read:content` that sends it (`None`: it could not be read).
+    metadata: OnceLock<Option<String>>,
+}
+
+impl Frame {
+    fn new(
+        seq: u64,
+        event_id: Option<Uuid>,
+        topic: Option<String>,
+        json: String,
+        plain: bool,
+    ) -> Self {
+        Self {
+            seq,
+            event_id,
+            topic,
+            json,
+            plain,
+            metadata: OnceLock::new(),
+        }
+    }
+
+    /// The frame as a socket sees it: whole with `read:content`, its
+    /// content left out otherwise.
+    pub fn json_for(&self, content: bool) -> Option<&str> {
+        if content || self.plain {
+            return Some(&self.json);
+        }
+        self.metadata
+            .get_or_init(|| crate::content::strip_frame(&self.json))
+            .as_deref()
+    }
 }
 
 struct Inner {
@@ -128,12 +163,13 @@ impl LiveHub {
         inner.seq += 1;
         // One serialization serves both the frame and the snapshot's row.
         let row = event_row(event);
-        let frame = Arc::new(Frame {
-            seq: inner.seq,
-            event_id: Some(event.id),
-            topic: Some(topics::events(&event.event_type)),
-            json: json!({"kind": "event", "data": &row}).to_string(),
-        });
+        let frame = Arc::new(Frame::new(
+            inner.seq,
+            Some(event.id),
+            Some(topics::events(&event.event_type)),
+            json!({"kind": "event", "data": &row}).to_string(),
+            !crate::content::has_content(&event.event_type),
+        ));
         if inner.ring.len() == RING {
             inner.ring.pop_front();
         }
@@ -177,12 +213,14 @@ impl LiveHub {
     /// under the lock that changed the state it carries.
     fn send_state(&self, inner: &mut Inner, frame: Value) {
         inner.seq += 1;
-        let _ = self.tx.send(Arc::new(Frame {
-            seq: inner.seq,
-            event_id: None,
-            topic: None,
-            json: frame.to_string(),
-        }));
+        let _ = self.tx.send(Arc::new(Frame::new(
+            inner.seq,
+            None,
+            None,
+            frame.to_string(),
+            // Budget frames hold figures only; seat frames hold task text.
+            frame["kind"] == "budget",
+        )));
     }
 
     /// Takes a new reading of the ledger: a seat frame for each seat whose

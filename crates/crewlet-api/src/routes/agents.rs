@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use crewlet_config::{Organization, SeatKind};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -96,26 +97,41 @@ fn view(state: &ApiState) -> HttpResult<Arc<dyn EngineView>> {
         .ok_or_else(not_configured)
 }
 
+/// A seat as a caller without `read:content` sees it: its running task's
+/// text left out.
+fn without_content(mut agent: AgentView) -> AgentView {
+    if let Some(task) = agent.current_task.as_mut() {
+        task.summary.clear();
+    }
+    agent
+}
+
 /// Every agent seat (human seats are only in `/org`), as a JSON array, with
 /// live state when the API runs inside the engine; `[]` before a company is
-/// active.
+/// active. The running task's text (`current_task.summary`) needs
+/// `read:content`.
 #[utoipa::path(get, path = "/agents", tag = "org",
     responses(
-        (status = 200, body = Vec<AgentView>),
+        (status = 200, body = Vec<AgentView>,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out (the caller lacks `read:content`); `shown`: nothing was"))),
         (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
-pub async fn agents(
-    _: ReadAccess,
-    State(state): State<ApiState>,
-) -> HttpResult<Json<Vec<AgentView>>> {
-    let agents = state
+pub async fn agents(ReadAccess(caller): ReadAccess, State(state): State<ApiState>) -> Response {
+    let agents: Vec<AgentView> = state
         .view()
         .map(|v| v.agents())
         .unwrap_or_default()
         .into_iter()
         .filter(|a| a.kind != "human")
+        .map(|a| {
+            if caller.content {
+                a
+            } else {
+                without_content(a)
+            }
+        })
         .collect();
-    Ok(Json(agents))
+    (crate::content::header(caller.content), Json(agents)).into_response()
 }
 
 pub(crate) fn agent_not_found(id: &str) -> HttpError {
@@ -130,21 +146,27 @@ pub(crate) fn agent_not_found(id: &str) -> HttpError {
 #[utoipa::path(get, path = "/agents/{id}", tag = "org",
     params(("id" = String, Path, description = "agent id (uuid) or handle")),
     responses(
-        (status = 200, body = AgentView),
+        (status = 200, body = AgentView,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out; `shown`: nothing was"))),
         (status = 401, body = ErrorBody),
         (status = 404, description = "`Agent not found` (also before a company is active, and for human seats)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn agent(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> HttpResult<Json<AgentView>> {
-    state
+) -> HttpResult<Response> {
+    let agent = state
         .view()
         .and_then(|v| v.agent(&id))
         .filter(|a| a.kind != "human")
-        .map(Json)
-        .ok_or_else(|| agent_not_found(&id))
+        .ok_or_else(|| agent_not_found(&id))?;
+    let agent = if caller.content {
+        agent
+    } else {
+        without_content(agent)
+    };
+    Ok((crate::content::header(caller.content), Json(agent)).into_response())
 }
 
 /// Tools of every seat, or of one (`?handle=`). Known only inside the engine

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use crewlet_config::Organization;
 use crewlet_core::{Category, Event, EventType, TraceId};
@@ -18,6 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::auth::ReadAccess;
+use crate::content;
 use crate::error::{ErrorBody, HttpError, HttpResult};
 use crate::routes::query_error;
 use crate::state::ApiState;
@@ -33,7 +35,10 @@ pub struct EventSchema {
     pub timestamp: DateTime<Utc>,
     pub source: String,
     pub category: String,
-    pub summary: String,
+    /// Left out for a caller without `read:content` when it quotes content
+    /// (a task's text, a memory preview, a search query).
+    #[serde(default)]
+    pub summary: Option<String>,
     pub agent_id: Option<String>,
     pub agent_role: Option<String>,
     pub task_id: Option<String>,
@@ -51,7 +56,10 @@ pub struct EventSchema {
     /// Omitted when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
-    /// Omitted when null.
+    /// Omitted when null. Without `read:content` its content fields
+    /// (prompts, responses, task text, tool results, ...) are left out, or
+    /// the whole payload for a type whose fields are not known; see
+    /// docs/api.md, "Metadata and content".
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     #[schema(value_type = Object)]
     pub payload: serde_json::Value,
@@ -177,17 +185,41 @@ fn cursor(value: Option<&str>) -> HttpResult<Option<Cursor>> {
     v.parse().map(Some).map_err(|_| bad())
 }
 
-/// Stored events, newest first, filtered, keyset-paged.
+/// The answer of a content route: `value` as JSON with the
+/// `x-crewlet-content` header, its content left out unless `shown`.
+pub(crate) fn answer(
+    value: impl serde::Serialize,
+    shown: bool,
+    strip: impl FnOnce(&mut serde_json::Value),
+) -> Response {
+    if shown {
+        return (content::header(true), Json(value)).into_response();
+    }
+    let mut v = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+    strip(&mut v);
+    (content::header(false), Json(v)).into_response()
+}
+
+fn strip_events(list: Option<&mut serde_json::Value>) {
+    if let Some(serde_json::Value::Array(events)) = list {
+        events.iter_mut().for_each(content::strip_event_value);
+    }
+}
+
+/// Stored events, newest first, filtered, keyset-paged. Without
+/// `read:content` the content fields of each event are left out
+/// (`x-crewlet-content: hidden`).
 #[utoipa::path(get, path = "/events", tag = "events", params(EventsParams),
-    responses((status = 200, body = EventPageSchema),
+    responses((status = 200, body = EventPageSchema,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out (the caller lacks `read:content`); `shown`: nothing was"))),
         (status = 400, description = "a bad filter, limit or cursor", body = ErrorBody),
         (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn events(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
     params: Result<Query<EventsParams>, QueryRejection>,
-) -> HttpResult<Json<EventPage>> {
+) -> HttpResult<Response> {
     let Query(p) = params.map_err(query_error)?;
     let query = EventQuery {
         event_type: p.event_type.as_deref().map(EventType::parse),
@@ -199,54 +231,63 @@ pub async fn events(
         limit: page_size(p.limit)?,
         after: cursor(p.cursor.as_deref())?,
     };
-    Ok(Json(state.inner().stores.events.recent(&query).await?))
+    let page: EventPage = state.inner().stores.events.recent(&query).await?;
+    Ok(answer(page, caller.content, |v| {
+        strip_events(v.get_mut("events"))
+    }))
 }
 
-/// One stored event.
+/// One stored event (its content left out without `read:content`).
 #[utoipa::path(get, path = "/events/{id}", tag = "events",
     params(("id" = String, Path, format = Uuid, description = "event id (uuid)")),
-    responses((status = 200, body = EventSchema),
+    responses((status = 200, body = EventSchema,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out; `shown`: nothing was"))),
         (status = 400, description = "not a uuid", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn event(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> HttpResult<Json<Event>> {
+) -> HttpResult<Response> {
     let uuid = Uuid::parse_str(&id)
         .map_err(|_| HttpError::bad_request(format!("event id `{id}` is not a uuid")))?;
-    state
+    let event = state
         .inner()
         .stores
         .events
         .get(uuid)
         .await?
-        .map(Json)
-        .ok_or_else(|| HttpError::not_found(format!("event `{id}` not found")))
+        .ok_or_else(|| HttpError::not_found(format!("event `{id}` not found")))?;
+    Ok(answer(event, caller.content, content::strip_event_value))
 }
 
-/// Every stored event of one trace, oldest first (at most 500).
+/// Every stored event of one trace, oldest first (at most 500); content
+/// left out without `read:content`.
 #[utoipa::path(get, path = "/events/trace/{trace_id}", tag = "events",
     params(("trace_id" = String, Path, pattern = r"^(?!0{32})[0-9a-f]{32}$",
         description = "W3C trace id: 32 lower-case hex digits, not all zero")),
-    responses((status = 200, body = TraceEvents),
+    responses((status = 200, body = TraceEvents,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out; `shown`: nothing was"))),
         (status = 400, description = "not a trace id", body = ErrorBody),
         (status = 401, body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn trace(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
     Path(trace_id): Path<String>,
-) -> HttpResult<Json<TraceEvents>> {
+) -> HttpResult<Response> {
     let id: TraceId = trace_id
         .parse()
         .map_err(|e: crewlet_core::TraceParseError| HttpError::bad_request(e.to_string()))?;
     let events = state.inner().stores.events.by_trace(&id).await?;
-    Ok(Json(TraceEvents {
+    let body = TraceEvents {
         trace_id: id.to_string(),
         events,
+    };
+    Ok(answer(body, caller.content, |v| {
+        strip_events(v.get_mut("events"))
     }))
 }
 

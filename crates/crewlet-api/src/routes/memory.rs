@@ -92,8 +92,9 @@ pub struct DiaryItem {
     pub id: Uuid,
     /// `diary_long` (a durable fact) or `diary_short` (expires at `ttl_until`).
     pub kind: String,
-    /// Verbatim.
-    pub content: String,
+    /// Verbatim; content (left out without `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
     pub ttl_until: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
@@ -113,8 +114,12 @@ pub struct EpisodePage {
 pub struct EpisodeItem {
     pub id: Uuid,
     pub task_id: Option<String>,
-    pub task_summary: String,
-    pub plan_summary: String,
+    /// Content (left out without `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_summary: Option<String>,
+    /// Content (left out without `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_summary: Option<String>,
     /// Tool names in call order.
     pub tool_sequence: Vec<String>,
     /// Synthesized skills the turn loaded.
@@ -133,9 +138,12 @@ pub struct EpisodeItem {
 pub struct SkillItem {
     pub id: Uuid,
     pub name: String,
-    pub description: String,
-    /// Markdown, verbatim.
-    pub body: String,
+    /// Content (left out without `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Markdown, verbatim; content (left out without `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
     pub tool_sequence: Vec<String>,
     /// `active`, `stale` or `archived`.
     pub state: String,
@@ -154,10 +162,15 @@ pub struct ProfileItem {
     pub subject: String,
     pub platform: String,
     pub display_name: Option<String>,
-    pub summary: String,
-    /// Observed traits (a JSON object).
-    #[schema(value_type = Object)]
-    pub traits: serde_json::Value,
+    /// What the seat knows of them; content (left out without
+    /// `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Observed traits (a JSON object); content (left out without
+    /// `read:content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub traits: Option<serde_json::Value>,
     pub interaction_count: i32,
     pub last_seen_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -173,12 +186,35 @@ pub struct Onboarding {
     pub onboarded_at: Option<DateTime<Utc>>,
 }
 
+impl AgentMemory {
+    /// What a caller without `read:content` sees: counts, kinds, ids,
+    /// dates, names, tool sequences; no memory text.
+    fn without_content(mut self) -> Self {
+        for d in self.diary.iter_mut().flat_map(|p| p.items.iter_mut()) {
+            d.content = None;
+        }
+        for e in self.episodes.iter_mut().flat_map(|p| p.items.iter_mut()) {
+            e.task_summary = None;
+            e.plan_summary = None;
+        }
+        for s in self.skills.iter_mut().flatten() {
+            s.description = None;
+            s.body = None;
+        }
+        for p in self.profiles.iter_mut().flatten() {
+            p.summary = None;
+            p.traits = None;
+        }
+        self
+    }
+}
+
 impl From<DiaryEntry> for DiaryItem {
     fn from(e: DiaryEntry) -> Self {
         Self {
             id: e.id,
             kind: e.kind.as_str().to_owned(),
-            content: e.content,
+            content: Some(e.content),
             ttl_until: e.ttl_until,
             created_at: e.created_at,
         }
@@ -190,8 +226,8 @@ impl From<Episode> for EpisodeItem {
         Self {
             id: e.id,
             task_id: e.task_id,
-            task_summary: e.task_summary,
-            plan_summary: e.plan_summary,
+            task_summary: Some(e.task_summary),
+            plan_summary: Some(e.plan_summary),
             tool_sequence: e.tool_sequence,
             skills_used: e.skills_used,
             review_outcome: e.review_outcome,
@@ -208,8 +244,8 @@ impl SkillItem {
         Self {
             id: s.id,
             name: s.name,
-            description: s.description,
-            body: s.body,
+            description: Some(s.description),
+            body: Some(s.body),
             tool_sequence: s.tool_sequence,
             state: s.state.as_str().to_owned(),
             version: s.version,
@@ -228,8 +264,8 @@ impl From<CounterpartyProfile> for ProfileItem {
             subject: p.subject,
             platform: p.platform,
             display_name: p.display_name,
-            summary: p.summary,
-            traits: p.traits,
+            summary: Some(p.summary),
+            traits: Some(p.traits),
             interaction_count: p.interaction_count,
             last_seen_at: p.last_seen_at,
             created_at: p.created_at,
@@ -376,23 +412,26 @@ async fn profiles(
 }
 
 /// What one agent seat remembers: its diary (live rows), episodes,
-/// synthesized skills, counterparty profiles and onboarding marker.
+/// synthesized skills, counterparty profiles and onboarding marker. The
+/// text of each (diary rows, task and plan summaries, skill descriptions
+/// and bodies, profile summaries and traits) needs `read:content`.
 /// `limit`/`offset` page the diary, the episodes and the profiles.
 #[utoipa::path(get, path = "/agents/{id}/memory", tag = "memory",
     params(("id" = String, Path, description = "agent id (uuid) or handle"), MemoryParams),
     responses(
-        (status = 200, body = AgentMemory),
+        (status = 200, body = AgentMemory,
+            headers(("x-crewlet-content" = String, description = "`hidden`: memory text was left out (the caller lacks `read:content`); `shown`: nothing was"))),
         (status = 400, description = "a bad query string: `limit` not 1..=100, `offset` not 0..=1000000, an unknown `section`", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "`Agent not found` (also before a company is active, and for human seats)", body = ErrorBody),
         (status = 503, description = "`memory_not_configured`: this process has no memory stores (a standalone api without a database, or one whose memory stores failed to open); `memory_unavailable`: the memory store failed (Retry-After: 5 when it may pass)", body = ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn agent_memory(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
     Path(id): Path<String>,
     params: Result<Query<MemoryParams>, QueryRejection>,
-) -> HttpResult<Json<AgentMemory>> {
+) -> HttpResult<axum::response::Response> {
     let Query(params) = params.map_err(query_error)?;
     let page = page(&params)?;
     let (agent_id, handle) = seat(&state, &id)?;
@@ -407,7 +446,7 @@ pub async fn agent_memory(
         wanted(want(MemorySection::Onboarding), m.onboarding.get(&agent_id)),
     )
     .map_err(|e| memory_error(&handle, &e))?;
-    Ok(Json(AgentMemory {
+    let memory = AgentMemory {
         agent_id: agent_id.to_string(),
         handle,
         diary,
@@ -415,5 +454,14 @@ pub async fn agent_memory(
         skills,
         profiles,
         onboarding: onboarding.map(Onboarding::from),
-    }))
+    };
+    let memory = if caller.content {
+        memory
+    } else {
+        memory.without_content()
+    };
+    Ok(axum::response::IntoResponse::into_response((
+        crate::content::header(caller.content),
+        Json(memory),
+    )))
 }

@@ -39,7 +39,7 @@ use crate::state::ApiState;
 #[openapi(
     info(
         title = "Crewlet API",
-        description = "Probes, the org and its agents, what agents remember, events and traces, tokens and budgets, the company configuration, and the webhook receivers. Reads are open unless `api.auth.allow_anonymous_read: false`; writes and `/config` need `Authorization: Bearer <token>`; webhooks are verified by their own signatures.",
+        description = "Probes, the org and its agents, what agents remember, events and traces, tokens and budgets, the company configuration, and the webhook receivers. Tokens carry nested scopes: `read` (metadata: seats, states, event types, timings, token figures), `read:content` (content too: prompts, responses, tool arguments and results, memory, task text), `operate` (tasks and budgets, and everything `read:content` reads), `admin` (the company configuration, and everything `operate` does). Anonymous callers read metadata only, and only where `api.auth.allow_anonymous_read` allows it (by default on a loopback listener). Content routes answer `x-crewlet-content: hidden` when they left content out. Writes and `/config` need `Authorization: Bearer <token>`; webhooks are verified by their own signatures.",
         license(name = "Apache-2.0")
     ),
     components(schemas(ErrorBody, ProblemSchema, RawWebhook)),
@@ -265,6 +265,10 @@ pub(crate) fn cors(origins: &[String]) -> Option<CorsLayer> {
                 header::IF_MATCH,
                 header::HeaderName::from_static("x-summary"),
             ])
-            .expose_headers([header::ETAG, header::RETRY_AFTER]),
+            .expose_headers([
+                header::ETAG,
+                header::RETRY_AFTER,
+                header::HeaderName::from_static(crate::content::CONTENT_HEADER),
+            ]),
     )
 }

@@ -27,8 +27,10 @@ pub struct ScheduleView {
     /// The zone the cron is read in (the schedule's, else the company's default).
     pub timezone: String,
     pub enabled: bool,
-    /// What the seat is asked to do.
-    pub task: String,
+    /// What the seat is asked to do; content, left out for a caller
+    /// without `read:content`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     /// Handles of the agent seats it fires for.
     pub targets: Vec<String>,
     pub timeout_seconds: u64,
@@ -55,17 +57,19 @@ pub fn next_fire(cron: &str, timezone: &str, after: DateTime<Utc>) -> Option<Dat
     }
 }
 
-/// Every schedule of the active company, with its next fire time.
+/// Every schedule of the active company, with its next fire time (its
+/// task's text needs `read:content`).
 #[utoipa::path(get, path = "/schedules", tag = "org",
     responses(
-        (status = 200, body = Vec<ScheduleView>),
+        (status = 200, body = Vec<ScheduleView>,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out (the caller lacks `read:content`); `shown`: nothing was"))),
         (status = 401, body = crate::error::ErrorBody),
         (status = 503, description = "no company yet (Retry-After: 15)", body = crate::error::ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn schedules(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
-) -> HttpResult<Json<Vec<ScheduleView>>> {
+) -> HttpResult<axum::response::Response> {
     let snapshot = state.snapshot().ok_or_else(not_configured)?;
     let now = Utc::now();
     let list = snapshot
@@ -84,14 +88,17 @@ pub async fn schedules(
                 cron: s.cron.clone(),
                 timezone,
                 enabled: s.enabled,
-                task: s.task.clone(),
+                task: caller.content.then(|| s.task.clone()),
                 targets: st.targets,
                 timeout_seconds: s.timeout_seconds,
                 next_run,
             }
         })
-        .collect();
-    Ok(Json(list))
+        .collect::<Vec<_>>();
+    Ok(axum::response::IntoResponse::into_response((
+        crate::content::header(caller.content),
+        Json(list),
+    )))
 }
 
 #[cfg(test)]

@@ -47,18 +47,26 @@ fn org(state: &ApiState) -> Option<Arc<crewlet_config::Organization>> {
 
 /// Everything a dashboard room needs for its first paint, from the live
 /// projection (no event-store scan).
+/// Without `read:content` the seats' task text, running responses and
+/// questions and the events' content are left out, and the document says
+/// `content_hidden: true`.
 #[utoipa::path(get, path = "/stream/snapshot", tag = "events",
     responses(
-        (status = 200, description = "seats with live state, recent events, attention, today; see docs/dashboard.md", body = Object),
+        (status = 200, description = "seats with live state, recent events, attention, today; see docs/dashboard.md. `content_hidden: true` when content was left out (the caller lacks `read:content`)", body = Object,
+            headers(("x-crewlet-content" = String, description = "`hidden`: content fields were left out; `shown`: nothing was"))),
         (status = 401, body = crate::error::ErrorBody)),
     security((), ("bearer" = [])))]
 pub async fn snapshot(
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     State(state): State<ApiState>,
     headers: axum::http::HeaderMap,
 ) -> Response {
     let org = org(&state);
-    let snap = state.inner().live.snapshot(org.as_deref(), health(&state));
+    let mut snap = state.inner().live.snapshot(org.as_deref(), health(&state));
+    if !caller.content {
+        crate::content::strip_snapshot(&mut snap);
+    }
+    let [shown] = crate::content::header(caller.content);
     // At 1,000 seats the document is ~500 KB of JSON and compresses ~15x:
     // gzip it when the client takes gzip (a page's first paint waits on it).
     let body = match serde_json::to_vec(&snap) {
@@ -84,11 +92,12 @@ pub async fn snapshot(
         Vec::new()
     };
     if gz.is_empty() {
-        return ([json], body).into_response();
+        return ([json, shown], body).into_response();
     }
     (
         [
             json,
+            shown,
             (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
             (header::VARY, HeaderValue::from_static("accept-encoding")),
         ],
@@ -106,8 +115,38 @@ pub struct StreamParams {
     pub subjects: Option<String>,
     /// Resume after this event id.
     pub after: Option<Uuid>,
-    /// The bearer token, for browsers (which cannot set the header on a socket).
+    /// The bearer token, for clients that can set neither the header nor a
+    /// subprotocol (a URL may be logged on the way: prefer the
+    /// `crewlet.bearer.<hex>` subprotocol, which the dashboard uses).
     pub token: Option<String>,
+}
+
+/// The subprotocol every Crewlet socket speaks; the server selects it, so a
+/// browser that offered it with a token keeps the token out of the answer.
+const PROTOCOL: &str = "crewlet.v1";
+/// A subprotocol carrying the bearer token, hex-encoded (browsers cannot
+/// set `Authorization` on a socket, and a URL may be logged on the way).
+const BEARER_PROTOCOL: &str = "crewlet.bearer.";
+
+/// The token of a `crewlet.bearer.<hex>` subprotocol, when one is offered.
+fn protocol_token(headers: &axum::http::HeaderMap) -> Result<Option<String>, HttpError> {
+    let offered = headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .find_map(|p| p.strip_prefix(BEARER_PROTOCOL));
+    let Some(encoded) = offered else {
+        return Ok(None);
+    };
+    let bad = || {
+        HttpError::bad_request(
+            "the `crewlet.bearer.` subprotocol does not carry a hex-encoded UTF-8 token",
+        )
+    };
+    let bytes = hex::decode(encoded).map_err(|_| bad())?;
+    String::from_utf8(bytes).map(Some).map_err(|_| bad())
 }
 
 /// The live stream (WebSocket); its frames are in docs/dashboard.md.
@@ -117,7 +156,11 @@ pub async fn ws(
     mut parts: Parts,
     upgrade: WebSocketUpgrade,
 ) -> HttpResult<Response> {
-    if let Some(token) = &params.token
+    let token = match protocol_token(&parts.headers)? {
+        Some(t) => Some(t),
+        None => params.token.clone(),
+    };
+    if let Some(token) = &token
         && !parts
             .headers
             .contains_key(axum::http::header::AUTHORIZATION)
@@ -129,13 +172,16 @@ pub async fn ws(
             .headers
             .insert(axum::http::header::AUTHORIZATION, value);
     }
-    <ReadAccess as axum::extract::FromRequestParts<ApiState>>::from_request_parts(
-        &mut parts, &state,
-    )
-    .await?;
+    let ReadAccess(caller) =
+        <ReadAccess as axum::extract::FromRequestParts<ApiState>>::from_request_parts(
+            &mut parts, &state,
+        )
+        .await?;
     let subjects = subjects(params.subjects.as_deref()).map_err(HttpError::bad_request)?;
+    let content = caller.content;
     Ok(upgrade
-        .on_upgrade(move |socket| run(socket, state, subjects, params.after))
+        .protocols([PROTOCOL])
+        .on_upgrade(move |socket| run(socket, state, subjects, params.after, content))
         .into_response())
 }
 
@@ -193,16 +239,28 @@ async fn from_store(state: &ApiState, after: Uuid) -> Option<Vec<crewlet_core::E
     Some(out)
 }
 
+/// Sends a frame as this socket may see it (`content`: whole).
+async fn send_frame(socket: &mut WebSocket, frame: &Frame, content: bool) -> bool {
+    match frame.json_for(content) {
+        Some(text) => send(socket, text.to_owned()).await,
+        None => true,
+    }
+}
+
 async fn run(
     mut socket: WebSocket,
     state: ApiState,
     subjects: Vec<TopicPattern>,
     after: Option<Uuid>,
+    content: bool,
 ) {
     let hub: Arc<LiveHub> = state.inner().live.clone();
     let _guard = hub.client_guard();
     let org = org(&state);
-    let opening = hub.open(org.as_deref(), health(&state), after);
+    let mut opening = hub.open(org.as_deref(), health(&state), after);
+    if !content {
+        crate::content::strip_snapshot(&mut opening.snapshot);
+    }
     let mut rx = opening.rx;
     if !send(
         &mut socket,
@@ -218,7 +276,7 @@ async fn run(
         let complete = match opening.in_ring {
             Some(true) => {
                 for f in opening.replay.iter().filter(|f| wanted(&subjects, f)) {
-                    if !send(&mut socket, f.json.clone()).await {
+                    if !send_frame(&mut socket, f, content).await {
                         return;
                     }
                     replayed += 1;
@@ -233,7 +291,11 @@ async fn run(
                             continue;
                         }
                         replayed_ids.insert(e.id);
-                        let frame = json!({"kind": "event", "data": crate::live::event_row(&e)});
+                        let mut row = crate::live::event_row(&e);
+                        if !content {
+                            crate::content::strip_event_value(&mut row);
+                        }
+                        let frame = json!({"kind": "event", "data": row});
                         if !send(&mut socket, frame.to_string()).await {
                             return;
                         }
@@ -268,8 +330,8 @@ async fn run(
                         let skip = f.seq <= opening.seq
                             || !wanted(&subjects, &f)
                             || f.event_id.is_some_and(|id| replayed_ids.contains(&id));
-                        if !skip {
-                            if socket.feed(Message::Text(Utf8Bytes::from(f.json.clone()))).await.is_err() {
+                        if !skip && let Some(text) = f.json_for(content) {
+                            if socket.feed(Message::Text(Utf8Bytes::from(text.to_owned()))).await.is_err() {
                                 return;
                             }
                             queued += 1;

@@ -185,7 +185,14 @@ pub fn api_config(tokens: bool, anonymous_read: bool) -> ApiConfig {
             } else {
                 vec![]
             },
-            allow_anonymous_read: anonymous_read,
+            // The harness's anonymous reads see content (the loopback
+            // knob), as they did before content had its own scope; the
+            // metadata-only default is tested in content_scope.rs.
+            allow_anonymous_read: Some(if anonymous_read {
+                crewlet_config::AnonymousRead::Content
+            } else {
+                crewlet_config::AnonymousRead::Refused
+            }),
             allowed_origins: vec!["https://dash.example.com".into()],
             ..ApiAuth::default()
         },
