@@ -5,9 +5,12 @@
 //! Plan, Execute and Review can be watched. One task is run first so every
 //! room has history (a trace, token use, events). Then
 //! `tests/browser/run.mjs` (playwright-core driving Debian's Chromium)
-//! opens every room, sends a task from the agent page and watches its
-//! phases arrive live and in order, opens the task's trace and inspects an
-//! LLM event's recorded prompt, checks the token totals against
+//! opens every room; on the agent page, read anonymously, it finds the
+//! notice that prompts and responses are hidden (anonymous reads are
+//! metadata only), pastes the token from it, sends a task and watches its
+//! phases arrive live and in order; it opens the task's trace without a
+//! token (prompts hidden) and with one, inspects an LLM event's recorded
+//! prompt, checks the token totals against
 //! `/tokens/breakdown`, and reconnects the socket mid-turn without losing
 //! or repeating an event. Screenshots go to a temporary folder, or to
 //! `docs/dashboard/` with `CREWLET_UPDATE_SCREENSHOTS=1`.
@@ -252,7 +255,14 @@ async fn every_room_renders_and_a_task_runs_live_in_chromium() {
         "the browser checks failed:\n{stdout}\n{stderr}\n--- engine log ---\n{}",
         engine.log()
     );
-    for room in ["mission", "agents", "traces", "tokens", "events"] {
+    for room in [
+        "mission",
+        "agents",
+        "traces",
+        "tokens",
+        "events",
+        "content-hidden",
+    ] {
         assert!(
             shots.join(format!("{room}.png")).is_file(),
             "no screenshot of {room} in {}",

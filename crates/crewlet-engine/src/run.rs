@@ -370,12 +370,10 @@ async fn serve(
             .api_host
             .clone()
             .unwrap_or_else(|| bootstrap.api.host.clone());
-        let listener = crewlet_api::bind(&host, port).await?;
+        // Refuses anonymous reads on a public bind before binding it.
         let mut api_config = bootstrap.api.clone();
-        if let Some(file) = crewlet_api::install_local_token(&mut api_config, &host, port) {
-            info!(file = %file.display(),
-                "no api token is configured: a local operator token for this loopback listener is in this file (`crewlet task send` and the dashboard's writes use it)");
-        }
+        crewlet_api::prepare_listener(&mut api_config, &host, port)?;
+        let listener = crewlet_api::bind(&host, port).await?;
         let api = ApiBuilder::new(api_config, backends.queue.clone(), &backends.stores)
             .engine(slot.clone())
             .security(security.clone())

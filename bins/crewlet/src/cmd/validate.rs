@@ -232,15 +232,17 @@ fn bootstrap_summary(out: &mut String, source: &str, b: &Bootstrap) {
     } else {
         format!("{}:{}", b.api.host, b.api.port)
     };
-    let auth = format!(
-        "{}, anonymous reads {}",
-        plural(b.api.auth.tokens.len(), "token"),
-        if b.api.auth.allow_anonymous_read {
-            "allowed"
-        } else {
-            "refused"
+    let anonymous = match b.api.auth.anonymous_access(&b.api.host) {
+        Ok(crewlet_config::AnonymousAccess::None) => "anonymous reads refused".to_owned(),
+        Ok(crewlet_config::AnonymousAccess::Metadata) => {
+            "anonymous reads of metadata only (content needs a `read:content` token)".to_owned()
         }
-    );
+        Ok(crewlet_config::AnonymousAccess::Content) => {
+            "anonymous reads of everything, content included (loopback only)".to_owned()
+        }
+        Err(reason) => format!("refuses to start: {reason}"),
+    };
+    let auth = format!("{}, {anonymous}", plural(b.api.auth.tokens.len(), "token"));
     let _ = writeln!(out, "  queue:    {queue}");
     let _ = writeln!(out, "  database: {database}");
     let _ = writeln!(out, "  api:      {api}; {auth}");
