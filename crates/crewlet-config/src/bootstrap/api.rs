@@ -89,7 +89,7 @@ fn default_host() -> String {
 
 /// API authentication. Webhooks are never behind bearer auth (each source
 /// verifies its own signature).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApiAuth {
     /// Bearer tokens; writes and `/config` always need one.
@@ -110,17 +110,6 @@ pub struct ApiAuth {
     /// Origins allowed by CORS (e.g. `https://dash.example.com`); empty = same origin only.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
-}
-
-impl Default for ApiAuth {
-    fn default() -> Self {
-        Self {
-            tokens: Vec::new(),
-            disabled: None,
-            allow_anonymous_read: None,
-            allowed_origins: Vec::new(),
-        }
-    }
 }
 
 /// `api.auth.allow_anonymous_read`: `true`, `false`,
