@@ -174,12 +174,20 @@ async fn post_task(base: &str, handle: &str, text: &str) -> String {
     body["task_id"].as_str().unwrap_or_default().to_owned()
 }
 
+/// The task's events of `event_type`, read with the token: their content
+/// (`final_artifact`) needs `read:content`.
 async fn events_of(base: &str, event_type: &str, task_id: &str) -> Vec<Value> {
-    let (_, body) = get(
-        base,
-        &format!("/events?type={event_type}&task_id={task_id}&limit=500"),
-    )
-    .await;
+    let body: Value = match reqwest::Client::new()
+        .get(format!(
+            "{base}/events?type={event_type}&task_id={task_id}&limit=500"
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+    {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    };
     body["events"].as_array().cloned().unwrap_or_default()
 }
 
