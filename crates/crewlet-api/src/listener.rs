@@ -18,10 +18,11 @@ use crate::local_token::install_local_token;
 /// its local operator token, and logs who reads what. The engine's embedded
 /// API and the standalone API call it before [`crate::ApiBuilder::build`].
 pub fn prepare_listener(config: &mut ApiConfig, host: &str, port: u16) -> Result<(), ApiError> {
-    let anonymous = config
-        .auth
-        .anonymous_access(host)
-        .map_err(|reason| ApiError::Refused(format!("refusing to serve: {reason}")))?;
+    let anonymous = config.auth.anonymous_access(host).map_err(|reason| {
+        ApiError::Refused(format!(
+            "refusing to serve: api.auth.allow_anonymous_read: {reason}"
+        ))
+    })?;
     config.host = host.to_owned();
     let local = install_local_token(config, host, port);
     log_access(config, anonymous, host, port, local.as_deref());

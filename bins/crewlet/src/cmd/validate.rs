@@ -240,7 +240,7 @@ fn bootstrap_summary(out: &mut String, source: &str, b: &Bootstrap) {
         Ok(crewlet_config::AnonymousAccess::Content) => {
             "anonymous reads of everything, content included (loopback only)".to_owned()
         }
-        Err(reason) => format!("refuses to start: {reason}"),
+        Err(reason) => format!("refuses to start: allow_anonymous_read {reason}"),
     };
     let auth = format!("{}, {anonymous}", plural(b.api.auth.tokens.len(), "token"));
     let _ = writeln!(out, "  queue:    {queue}");

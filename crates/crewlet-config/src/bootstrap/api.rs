@@ -235,13 +235,13 @@ impl ApiAuth {
             Some(AnonymousRead::Refused) => Ok(AnonymousAccess::None),
             Some(AnonymousRead::Loopback) if loopback => Ok(AnonymousAccess::Metadata),
             Some(AnonymousRead::Loopback) => Err(format!(
-                "allow_anonymous_read: true on `{host}`, which is not a loopback address: anyone who can reach the port would read without a token. Bind to 127.0.0.1, or set `allow_anonymous_read: {}` to accept that anyone on the network reads metadata (never content), or `false` and give readers tokens",
+                "`true` on `{host}`, which is not a loopback address: anyone who can reach the port would read without a token. Bind to 127.0.0.1, or set `allow_anonymous_read: {}` to accept that anyone on the network reads metadata (never content), or `false` and give readers tokens",
                 AnonymousRead::NETWORK
             )),
             Some(AnonymousRead::AnyoneOnTheNetwork) => Ok(AnonymousAccess::Metadata),
             Some(AnonymousRead::Content) if loopback => Ok(AnonymousAccess::Content),
             Some(AnonymousRead::Content) => Err(format!(
-                "allow_anonymous_read: content on `{host}`, which is not a loopback address, would give prompts, responses and memory to anyone who can reach the port; content is only ever anonymous on loopback. Give readers a token with `read:content`, or use `{}` for metadata only",
+                "`content` on `{host}`, which is not a loopback address, would give prompts, responses and memory to anyone who can reach the port; content is only ever anonymous on loopback. Give readers a token with `read:content`, or use `{}` for metadata only",
                 AnonymousRead::NETWORK
             )),
         }
