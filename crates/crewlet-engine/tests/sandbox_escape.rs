@@ -8,14 +8,14 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::sandbox::*;
 use common::*;
 use crewlet_config::Company;
 use crewlet_core::EventType;
-use crewlet_engine::{Backends, EngineBuilder, EngineOptions};
+use crewlet_engine::{Backends, Engine, EngineBuilder, EngineOptions};
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
 use serde_json::json;
 
@@ -59,45 +59,44 @@ roles:
     Company::from_yaml("escape", &yaml).unwrap_or_else(|e| panic!("{e}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_reported() {
-    if !sandbox_available().await {
-        return;
+/// A test's folder: the agent's script mounted at `/gate`, and a host file
+/// (with a unique marker) that the box must never make the engine reach.
+struct Scene {
+    root: PathBuf,
+    gate: PathBuf,
+    secret: PathBuf,
+    marker: String,
+}
+
+impl Scene {
+    /// `agent` names the host file as `SECRET`.
+    fn new(name: &str, file: &str, agent: &str) -> Self {
+        let id = uuid::Uuid::now_v7().simple();
+        let root = std::env::temp_dir().join(format!("crewlet-sandbox-{name}-{id}"));
+        let gate = root.join("gate");
+        let host = root.join("host");
+        std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&host).unwrap_or_else(|e| panic!("{e}"));
+        let marker = format!("HOST-SECRET-{id}");
+        let secret = host.join(file);
+        std::fs::write(&secret, &marker).unwrap_or_else(|e| panic!("{e}"));
+        executable(
+            &gate.join("agent"),
+            &agent.replace("SECRET", &secret.display().to_string()),
+        );
+        Self {
+            root,
+            gate,
+            secret,
+            marker,
+        }
     }
-    let root = std::env::temp_dir().join(format!(
-        "crewlet-sandbox-escape-{}",
-        uuid::Uuid::now_v7().simple()
-    ));
-    let gate = root.join("gate");
-    let host = root.join("host");
-    std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::create_dir_all(&host).unwrap_or_else(|e| panic!("{e}"));
-    let marker = format!("HOST-SECRET-{}", uuid::Uuid::now_v7().simple());
-    let secret = host.join("secret.txt");
-    std::fs::write(&secret, &marker).unwrap_or_else(|e| panic!("{e}"));
-    executable(
-        &gate.join("agent"),
-        &ESCAPING_AGENT.replace("SECRET", &secret.display().to_string()),
-    );
-    let plan = json!({"decision": "plan", "reasoning": "code", "steps": [{"intent": "code", "tools": ["run_sandbox"]}],
-                      "tools_needed": ["run_sandbox"], "success_criteria": ["done"]});
-    let script = Script::new()
-        .on(
-            When::tool_offered("submit_review"),
-            Reply::tool_call("submit_review", json!({"decision": "done", "notes": "ok", "completed_work": "x", "final_artifact": "Reported."})),
+
+    async fn start(&self, llm: &FakeLlmServer, backends: &Backends) -> Engine {
+        EngineBuilder::new(
+            company(&llm.openai_base_url(), &self.root, &self.gate),
+            backends,
         )
-        .on(When::tool_offered("submit_plan"), Reply::tool_call("submit_plan", plan))
-        .on(When::tool_result_contains("The engine refused to read"), Reply::text("The agent tried an escape."))
-        .on(
-            When::tool_offered("run_sandbox").and_after_tool_result(false),
-            Reply::tool_call("run_sandbox", json!({"brief": "Do the job."})),
-        )
-        .on(When::any(), Reply::text("?"));
-    let llm = FakeLlmServer::start(script)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let backends = Backends::memory();
-    let engine = EngineBuilder::new(company(&llm.openai_base_url(), &root, &gate), &backends)
         .options(EngineOptions {
             start_mcp: false,
             maintenance_interval: None,
@@ -107,7 +106,53 @@ async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_repo
         })
         .start()
         .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The model plans one `run_sandbox` call and then reviews; `middle` adds
+/// the rules that come before the first call and the catch-all.
+fn code_then_review(middle: impl FnOnce(Script) -> Script) -> Script {
+    let plan = json!({"decision": "plan", "reasoning": "code", "steps": [{"intent": "code", "tools": ["run_sandbox"]}],
+                      "tools_needed": ["run_sandbox"], "success_criteria": ["done"]});
+    let script = Script::new()
+        .on(
+            When::tool_offered("submit_review"),
+            Reply::tool_call("submit_review", json!({"decision": "done", "notes": "ok", "completed_work": "x", "final_artifact": "Reported."})),
+        )
+        .on(When::tool_offered("submit_plan"), Reply::tool_call("submit_plan", plan));
+    middle(script)
+        .on(
+            When::tool_offered("run_sandbox").and_after_tool_result(false),
+            Reply::tool_call("run_sandbox", json!({"brief": "Do the job."})),
+        )
+        .on(When::any(), Reply::text("?"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_reported() {
+    if !sandbox_available().await {
+        return;
+    }
+    let scene = Scene::new("escape", "secret.txt", ESCAPING_AGENT);
+    let (secret, marker) = (&scene.secret, &scene.marker);
+    let script = code_then_review(|s| {
+        s.on(
+            When::tool_result_contains("The engine refused to read"),
+            Reply::text("The agent tried an escape."),
+        )
+    });
+    let llm = FakeLlmServer::start(script)
+        .await
         .unwrap_or_else(|e| panic!("{e}"));
+    let backends = Backends::memory();
+    let engine = scene.start(&llm, &backends).await;
     engine
         .assign("eng", "api", "Do the job in the sandbox.")
         .await
@@ -158,7 +203,7 @@ async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_repo
     assert!(told, "the model never saw the refusal");
     for r in llm.requests() {
         assert!(
-            !r.body.to_string().contains(&marker),
+            !r.body.to_string().contains(marker.as_str()),
             "the host file reached the model"
         );
     }
@@ -177,14 +222,16 @@ async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_repo
     assert!(page.events.len() > 3, "{:?}", page.events.len());
     for e in &page.events {
         let text = serde_json::to_string(e).unwrap_or_default();
-        assert!(!text.contains(&marker), "the host file is in {text}");
+        assert!(
+            !text.contains(marker.as_str()),
+            "the host file is in {text}"
+        );
     }
     // The host file is untouched.
     assert_eq!(
-        std::fs::read_to_string(&secret).ok().as_deref(),
+        std::fs::read_to_string(secret).ok().as_deref(),
         Some(marker.as_str())
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// The agent's first run leaves a link to `SECRET` where the engine writes
@@ -199,54 +246,23 @@ async fn a_box_that_links_the_next_brief_to_a_host_file_gets_no_write_through_it
     if !sandbox_available().await {
         return;
     }
-    let root = std::env::temp_dir().join(format!(
-        "crewlet-sandbox-escape-brief-{}",
-        uuid::Uuid::now_v7().simple()
-    ));
-    let gate = root.join("gate");
-    let host = root.join("host");
-    std::fs::create_dir_all(&gate).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::create_dir_all(&host).unwrap_or_else(|e| panic!("{e}"));
-    let marker = format!("HOST-FILE-{}", uuid::Uuid::now_v7().simple());
-    let secret = host.join("config");
-    std::fs::write(&secret, &marker).unwrap_or_else(|e| panic!("{e}"));
-    executable(
-        &gate.join("agent"),
-        &BRIEF_LINKING_AGENT.replace("SECRET", &secret.display().to_string()),
-    );
-    let plan = json!({"decision": "plan", "reasoning": "code", "steps": [{"intent": "code", "tools": ["run_sandbox"]}],
-                      "tools_needed": ["run_sandbox"], "success_criteria": ["done"]});
-    let script = Script::new()
-        .on(
-            When::tool_offered("submit_review"),
-            Reply::tool_call("submit_review", json!({"decision": "done", "notes": "ok", "completed_work": "x", "final_artifact": "Reported."})),
+    let scene = Scene::new("escape-brief", "config", BRIEF_LINKING_AGENT);
+    let (secret, marker) = (&scene.secret, &scene.marker);
+    let script = code_then_review(|s| {
+        s.on(
+            When::tool_result_contains("refused: a symbolic link"),
+            Reply::text("The box tried an escape."),
         )
-        .on(When::tool_offered("submit_plan"), Reply::tool_call("submit_plan", plan))
-        .on(When::tool_result_contains("refused: a symbolic link"), Reply::text("The box tried an escape."))
         .on(
             When::tool_result_contains("first run done"),
             Reply::tool_call("run_sandbox", json!({"brief": "SECOND-BRIEF: go on."})),
         )
-        .on(
-            When::tool_offered("run_sandbox").and_after_tool_result(false),
-            Reply::tool_call("run_sandbox", json!({"brief": "Do the job."})),
-        )
-        .on(When::any(), Reply::text("?"));
+    });
     let llm = FakeLlmServer::start(script)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let backends = Backends::memory();
-    let engine = EngineBuilder::new(company(&llm.openai_base_url(), &root, &gate), &backends)
-        .options(EngineOptions {
-            start_mcp: false,
-            maintenance_interval: None,
-            stream_progress: false,
-            env: path_only(),
-            ..EngineOptions::default()
-        })
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let engine = scene.start(&llm, &backends).await;
     engine
         .assign("eng", "api", "Do the job in the sandbox, twice.")
         .await
@@ -258,8 +274,8 @@ async fn a_box_that_links_the_next_brief_to_a_host_file_gets_no_write_through_it
     engine.shutdown().await;
 
     // The second brief never went through the link.
-    let content = std::fs::read_to_string(&secret).unwrap_or_default();
-    assert_eq!(content, marker, "the engine wrote through the box's link");
+    let content = std::fs::read_to_string(secret).unwrap_or_default();
+    assert_eq!(&content, marker, "the engine wrote through the box's link");
     let refused = events_of(&backends.stores, EventType::SandboxEscapeRefused).await;
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0].payload["path"], "/home/user/.crewlet/brief.md");
@@ -275,5 +291,4 @@ async fn a_box_that_links_the_next_brief_to_a_host_file_gets_no_write_through_it
         .iter()
         .any(|r| r.body.to_string().contains("refused: a symbolic link"));
     assert!(told, "the model never saw the refusal");
-    let _ = std::fs::remove_dir_all(&root);
 }
