@@ -17,7 +17,7 @@ use common::sandbox::{executable, sandbox_available};
 use common::*;
 use crewlet_config::Company;
 use crewlet_core::EventType;
-use crewlet_engine::{Backends, EngineBuilder, EngineOptions, EnvLookup};
+use crewlet_engine::{Backends, Engine, EngineBuilder, EngineOptions, EnvLookup};
 use crewlet_queue::{EventQueue, MemoryBroker};
 use crewlet_store::Stores;
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When, Wire};
@@ -146,6 +146,22 @@ async fn tokens_used(stores: &Stores, handle: &str) -> u64 {
         .map_or(0, |u| u.tokens_used)
 }
 
+/// The engine on memory backends with the test's environment.
+async fn start(company: Company) -> (Engine, Backends) {
+    let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
+    let backends = Backends::new(queue, Stores::memory());
+    let engine = EngineBuilder::new(company, &backends)
+        .options(EngineOptions {
+            stream_progress: false,
+            env: engine_env(),
+            ..EngineOptions::default()
+        })
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (engine, backends)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_reaches_its_model_through_the_proxy_and_never_holds_the_key() {
     if !sandbox_available().await {
@@ -156,24 +172,13 @@ async fn the_agent_reaches_its_model_through_the_proxy_and_never_holds_the_key()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let roles = "  - name: Engineer\n    handle: eng\n    llm_sandbox: claude\n    token_budget: 1000000\n    sandbox: {enabled: true}\n";
-    let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
-    let stores = Stores::memory();
-    let backends = Backends::new(queue.clone(), stores.clone());
-    let engine = EngineBuilder::new(company(&llm, &root, "", roles), &backends)
-        .options(EngineOptions {
-            stream_progress: false,
-            env: engine_env(),
-            ..EngineOptions::default()
-        })
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (engine, backends) = start(company(&llm, &root, "", roles)).await;
     engine
         .assign("eng", "api", "Have the coding agent call its model.")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     wait_for("the engineer's task to complete", WAIT, || {
-        completed_by(&stores, "eng")
+        completed_by(&backends.stores, "eng")
     })
     .await;
 
@@ -224,18 +229,18 @@ async fn the_agent_reaches_its_model_through_the_proxy_and_never_holds_the_key()
     // (2,000) is in its event but not charged again. The turn's own calls
     // report no usage.
     wait_for("the proxied calls to be charged", WAIT, || async {
-        (tokens_used(&stores, "eng").await >= 100).then_some(())
+        (tokens_used(&backends.stores, "eng").await >= 100).then_some(())
     })
     .await;
-    assert_eq!(tokens_used(&stores, "eng").await, 100);
-    let budgets = stores.ledger.budgets().await.unwrap_or_default();
+    assert_eq!(tokens_used(&backends.stores, "eng").await, 100);
+    let budgets = backends.stores.ledger.budgets().await.unwrap_or_default();
     assert!(
         budgets
             .iter()
             .any(|b| b.scope.starts_with("agent:") && b.used_tokens == 100),
         "{budgets:?}"
     );
-    let completed = events_of(&stores, EventType::SandboxRunCompleted).await;
+    let completed = events_of(&backends.stores, EventType::SandboxRunCompleted).await;
     assert_eq!(completed.len(), 1, "{completed:?}");
     assert_eq!(completed[0].payload["usage"]["input_tokens"], 1000);
 
@@ -272,18 +277,7 @@ async fn a_box_that_cannot_reach_the_proxy_gets_no_key_unless_its_seat_opts_in()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let roles = "  - name: Engineer\n    handle: eng\n    llm_sandbox: claude\n    sandbox: {enabled: true}\n  - name: Raw\n    handle: raw\n    llm_sandbox: claude\n    sandbox: {enabled: true, model_key: raw}\n";
-    let queue: Arc<dyn EventQueue> = Arc::new(MemoryBroker::new().client());
-    let stores = Stores::memory();
-    let backends = Backends::new(queue.clone(), stores.clone());
-    let engine = EngineBuilder::new(company(&llm, &root, "none", roles), &backends)
-        .options(EngineOptions {
-            stream_progress: false,
-            env: engine_env(),
-            ..EngineOptions::default()
-        })
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (engine, backends) = start(company(&llm, &root, "none", roles)).await;
     for seat in ["eng", "raw"] {
         engine
             .assign(seat, "api", "Have the coding agent call its model.")
@@ -292,7 +286,7 @@ async fn a_box_that_cannot_reach_the_proxy_gets_no_key_unless_its_seat_opts_in()
     }
     for seat in ["eng", "raw"] {
         wait_for(&format!("{seat}'s task to complete"), WAIT, || {
-            completed_by(&stores, seat)
+            completed_by(&backends.stores, seat)
         })
         .await;
     }
@@ -318,7 +312,7 @@ async fn a_box_that_cannot_reach_the_proxy_gets_no_key_unless_its_seat_opts_in()
         read(&out.join("codes.txt")).trim(),
         "whole=000 stream=000 bad=000"
     );
-    assert_eq!(tokens_used(&stores, "raw").await, 2000);
-    assert_eq!(tokens_used(&stores, "eng").await, 0);
+    assert_eq!(tokens_used(&backends.stores, "raw").await, 2000);
+    assert_eq!(tokens_used(&backends.stores, "eng").await, 0);
     let _ = std::fs::remove_dir_all(&root);
 }
