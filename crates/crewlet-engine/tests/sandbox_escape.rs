@@ -92,6 +92,26 @@ impl Scene {
         }
     }
 
+    /// Runs one task for the engineer with the model playing `script`, to
+    /// its completion; the model and the stores for the checks.
+    async fn run(&self, script: Script, task: &str) -> (FakeLlmServer, Backends) {
+        let llm = FakeLlmServer::start(script)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let backends = Backends::memory();
+        let engine = self.start(&llm, &backends).await;
+        engine
+            .assign("eng", "api", task)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        wait_for("the engineer's task to complete", WAIT, || {
+            completed_by(&backends.stores, "eng")
+        })
+        .await;
+        engine.shutdown().await;
+        (llm, backends)
+    }
+
     async fn start(&self, llm: &FakeLlmServer, backends: &Backends) -> Engine {
         EngineBuilder::new(
             company(&llm.openai_base_url(), &self.root, &self.gate),
@@ -148,20 +168,7 @@ async fn a_coding_agent_that_links_its_output_to_a_host_file_is_refused_and_repo
             Reply::text("The agent tried an escape."),
         )
     });
-    let llm = FakeLlmServer::start(script)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let backends = Backends::memory();
-    let engine = scene.start(&llm, &backends).await;
-    engine
-        .assign("eng", "api", "Do the job in the sandbox.")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    wait_for("the engineer's task to complete", WAIT, || {
-        completed_by(&backends.stores, "eng")
-    })
-    .await;
-    engine.shutdown().await;
+    let (llm, backends) = scene.run(script, "Do the job in the sandbox.").await;
 
     // Each swapped file is one refusal event, naming the file and no content.
     let refused = events_of(&backends.stores, EventType::SandboxEscapeRefused).await;
@@ -258,20 +265,7 @@ async fn a_box_that_links_the_next_brief_to_a_host_file_gets_no_write_through_it
             Reply::tool_call("run_sandbox", json!({"brief": "SECOND-BRIEF: go on."})),
         )
     });
-    let llm = FakeLlmServer::start(script)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let backends = Backends::memory();
-    let engine = scene.start(&llm, &backends).await;
-    engine
-        .assign("eng", "api", "Do the job in the sandbox, twice.")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    wait_for("the engineer's task to complete", WAIT, || {
-        completed_by(&backends.stores, "eng")
-    })
-    .await;
-    engine.shutdown().await;
+    let (llm, backends) = scene.run(script, "Do the job in the sandbox, twice.").await;
 
     // The second brief never went through the link.
     let content = std::fs::read_to_string(secret).unwrap_or_default();

@@ -14,7 +14,7 @@ use crewlet_integrations::mattermost::{
 };
 use crewlet_test_support::gitlab::FakeGitlab;
 use crewlet_test_support::mattermost::{ChannelType, FakeMattermost};
-use crewlet_test_support::network::{ConnectProxy, TestCa, TlsFront};
+use crewlet_test_support::network::{ConnectProxy, TestCa, TlsFront, corporate_env};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -60,25 +60,9 @@ fn mattermost_through_the_proxy_and_gitlab_direct_trusting_ssl_cert_file() {
             .unwrap();
         let gitlab_front = TlsFront::start(&ca, gitlab_addr).await.unwrap();
         let proxy = ConnectProxy::start().await.unwrap();
-        // SAFETY: the only test of this binary, on a current-thread runtime:
-        // no other thread reads the environment while it is written, and no
-        // client has read it yet (crewlet-http reads it once, on first use).
-        unsafe {
-            for var in [
-                "SSL_CERT_DIR",
-                "https_proxy",
-                "HTTP_PROXY",
-                "http_proxy",
-                "ALL_PROXY",
-                "all_proxy",
-                "no_proxy",
-            ] {
-                std::env::remove_var(var);
-            }
-            std::env::set_var("SSL_CERT_FILE", ca.ca_file());
-            std::env::set_var("HTTPS_PROXY", proxy.url());
-            std::env::set_var("NO_PROXY", "127.0.0.1");
-        }
+        // SAFETY: the only test of this binary, on a current-thread runtime,
+        // before any client has read the environment.
+        unsafe { corporate_env(ca.ca_file(), &proxy.url(), Some("127.0.0.1")) };
 
         // GitLab at https://127.0.0.1:<port>: NO_PROXY, so direct.
         let gl = GitlabClient::new(

@@ -10,7 +10,7 @@ use crewlet_llm::{
     CompletionRequest, Message, ProviderConfig, ProviderKind, build_provider, http_client,
 };
 use crewlet_test_support::fake_llm::{FakeLlmServer, Reply, Script, When};
-use crewlet_test_support::network::{ConnectProxy, TestCa, TlsFront};
+use crewlet_test_support::network::{ConnectProxy, TestCa, TlsFront, corporate_env};
 
 #[test]
 fn the_model_is_reached_through_https_proxy_trusting_ssl_cert_file() {
@@ -27,25 +27,9 @@ fn the_model_is_reached_through_https_proxy_trusting_ssl_cert_file() {
         let ca = TestCa::new();
         let front = TlsFront::start(&ca, server.addr()).await.unwrap();
         let proxy = ConnectProxy::start().await.unwrap();
-        // SAFETY: the only test of this binary, on a current-thread runtime:
-        // no other thread reads the environment while it is written, and no
-        // client has read it yet (crewlet-http reads it once, on first use).
-        unsafe {
-            for var in [
-                "SSL_CERT_DIR",
-                "https_proxy",
-                "HTTP_PROXY",
-                "http_proxy",
-                "ALL_PROXY",
-                "all_proxy",
-                "NO_PROXY",
-                "no_proxy",
-            ] {
-                std::env::remove_var(var);
-            }
-            std::env::set_var("SSL_CERT_FILE", ca.ca_file());
-            std::env::set_var("HTTPS_PROXY", proxy.url());
-        }
+        // SAFETY: the only test of this binary, on a current-thread runtime,
+        // before any client has read the environment.
+        unsafe { corporate_env(ca.ca_file(), &proxy.url(), None) };
         let cfg = ProviderConfig::new("corp", ProviderKind::OpenAi, "gpt-test")
             .with_base_url(format!("{}/v1", front.https_url()))
             .with_keys(["sk-corp-test-0001"])

@@ -115,6 +115,39 @@ impl Drop for TestCa {
     }
 }
 
+/// Makes this process look like a machine on a corporate network: trusts
+/// only `ca_file` beyond the bundled roots (`SSL_CERT_FILE`), goes through
+/// `proxy` for https (`HTTPS_PROXY`), direct for `no_proxy`; every other
+/// certificate and proxy variable is removed.
+///
+/// # Safety
+/// Writes the process environment: call it from a test binary's only test,
+/// on a current-thread runtime, before any client has read the environment
+/// (crewlet-http reads it once, on first use).
+pub unsafe fn corporate_env(ca_file: &Path, proxy: &str, no_proxy: Option<&str>) {
+    const CLEARED: [&str; 8] = [
+        "SSL_CERT_DIR",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ];
+    // SAFETY: the caller's contract above.
+    unsafe {
+        for var in CLEARED {
+            std::env::remove_var(var);
+        }
+        std::env::set_var("SSL_CERT_FILE", ca_file);
+        std::env::set_var("HTTPS_PROXY", proxy);
+        if let Some(hosts) = no_proxy {
+            std::env::set_var("NO_PROXY", hosts);
+        }
+    }
+}
+
 /// TLS on 127.0.0.1 in front of a plain local server: each connection is
 /// decrypted with the [`TestCa`]'s certificate and piped to `backend`.
 pub struct TlsFront {
