@@ -82,6 +82,11 @@ pub enum LlmError {
     },
     #[error("provider `{provider}`: unreadable answer: {message}")]
     Decode { provider: String, message: String },
+    /// The prompt does not fit the model's context window. Retrying or
+    /// another key cannot help; a shorter prompt (or a model with a larger
+    /// window) can.
+    #[error("provider `{provider}`: the prompt exceeds the model's context window: {message}")]
+    ContextOverflow { provider: String, message: String },
     #[error("provider `{provider}` is misconfigured: {message}")]
     Config { provider: String, message: String },
     #[error("no llm provider named `{name}` in providers.llm")]
@@ -109,6 +114,7 @@ impl LlmError {
             LlmError::CircuitOpen { .. } => ErrorClass::CircuitOpen,
             LlmError::CliAgent { source, .. } => source.class(),
             LlmError::Decode { .. }
+            | LlmError::ContextOverflow { .. }
             | LlmError::Config { .. }
             | LlmError::UnknownProvider { .. }
             | LlmError::NoProviders
@@ -135,6 +141,27 @@ impl LlmError {
             _ => None,
         }
     }
+}
+
+/// The provider's message when an error answer says the prompt is longer
+/// than the context window, in any of the ways servers say it: OpenAI's code
+/// `context_length_exceeded`, llama.cpp's type `exceed_context_size_error`,
+/// Anthropic's "prompt is too long". `answer` is the error body (or the
+/// `error` event of a stream).
+pub(crate) fn context_overflow_message(answer: &serde_json::Value) -> Option<String> {
+    let error = answer.get("error").unwrap_or(answer);
+    let field = |name: &str| error.get(name).and_then(serde_json::Value::as_str);
+    let message = field("message").unwrap_or_default();
+    let overflow = field("code") == Some("context_length_exceeded")
+        || field("type") == Some("exceed_context_size_error")
+        || message.to_ascii_lowercase().contains("prompt is too long");
+    overflow.then(|| {
+        if message.is_empty() {
+            "the prompt is longer than the context window".to_owned()
+        } else {
+            message.to_owned()
+        }
+    })
 }
 
 #[cfg(test)]
@@ -189,5 +216,35 @@ mod tests {
             e.to_string(),
             "provider `main`: http 429 (rate_limit): slow down"
         );
+    }
+
+    #[test]
+    fn context_overflow_is_recognised_in_each_servers_words() {
+        use serde_json::json;
+        let answers = [
+            json!({"error": {"message": "This model's maximum context length is 8192 tokens.",
+                             "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+            json!({"error": {"code": 400, "type": "exceed_context_size_error",
+                             "message": "request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it",
+                             "n_prompt_tokens": 9000, "n_ctx": 8192}}),
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+                                              "message": "prompt is too long: 208310 tokens > 200000 maximum"}}),
+        ];
+        for a in &answers {
+            assert!(context_overflow_message(a).is_some(), "{a}");
+        }
+        for other in [
+            json!({"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}),
+            json!({"error": {"message": "max_tokens is too large", "code": "invalid_value"}}),
+            json!("plain"),
+        ] {
+            assert_eq!(context_overflow_message(&other), None, "{other}");
+        }
+        let e = LlmError::ContextOverflow {
+            provider: "local".into(),
+            message: "too long".into(),
+        };
+        assert_eq!(e.class(), ErrorClass::Fatal);
+        assert!(!e.is_transient());
     }
 }

@@ -188,10 +188,20 @@ impl Endpoint {
         if !key.is_empty() && message.contains(key) {
             message = message.replace(key, "[redacted]");
         }
+        let class = ErrorClass::from_status(status);
+        let overflow = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| crate::error::context_overflow_message(&v));
+        if class == ErrorClass::Fatal && overflow.is_some() {
+            return LlmError::ContextOverflow {
+                provider: self.name.clone(),
+                message,
+            };
+        }
         LlmError::Http {
             provider: self.name.clone(),
             status,
-            class: ErrorClass::from_status(status),
+            class,
             message,
             retry_after,
         }

@@ -89,9 +89,22 @@ impl OpenAiProvider {
         body.insert("model".into(), self.model.clone().into());
         body.insert("messages".into(), messages.into());
         if !request.tools.is_empty() {
+            // A named tool: OpenAI takes the object form, but compatible
+            // servers may know only the strings (llama.cpp reads the object
+            // as "auto"), so they get "required" with that one tool offered,
+            // which asks for the same.
+            let named = match (&request.tool_choice, self.kind) {
+                (ToolChoice::Tool(name), ProviderKind::OpenAiCompatible)
+                    if request.tools.iter().any(|t| &t.name == name) =>
+                {
+                    Some(name)
+                }
+                _ => None,
+            };
             let tools: Vec<Value> = request
                 .tools
                 .iter()
+                .filter(|t| named.is_none_or(|n| &t.name == n))
                 .map(|t| {
                     json!({"type": "function", "function": {
                         "name": t.name, "description": t.description, "parameters": t.parameters}})
@@ -103,6 +116,7 @@ impl OpenAiProvider {
                 match &request.tool_choice {
                     ToolChoice::Auto => "auto".into(),
                     ToolChoice::Required => "required".into(),
+                    ToolChoice::Tool(_) if named.is_some() => "required".into(),
                     ToolChoice::None => "none".into(),
                     ToolChoice::Tool(name) => {
                         json!({"type": "function", "function": {"name": name}})
@@ -237,6 +251,12 @@ impl StreamAssembler for Assembler {
             provider: self.provider.clone(),
             message: format!("stream chunk is not json: {e}"),
         })?;
+        if let Some(message) = crate::error::context_overflow_message(&chunk) {
+            return Err(LlmError::ContextOverflow {
+                provider: self.provider.clone(),
+                message,
+            });
+        }
         if let Some(err) = chunk.get("error") {
             return Err(LlmError::Decode {
                 provider: self.provider.clone(),
@@ -392,6 +412,29 @@ mod tests {
         r.tools.clear();
         let b = p.body(&r, false);
         assert!(b.get("tools").is_none() && b.get("tool_choice").is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn a_named_tool_is_required_and_offered_alone_on_compatible_servers() -> Result<(), LlmError> {
+        let mut r = request();
+        r.tools.push(ToolSpec {
+            name: "other".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        });
+        r.tool_choice = ToolChoice::Tool("look".into());
+        let compat = provider(ProviderKind::OpenAiCompatible)?.body(&r, false);
+        assert_eq!(compat["tool_choice"], "required");
+        assert_eq!(compat["tools"].as_array().map(Vec::len), Some(1));
+        assert_eq!(compat["tools"][0]["function"]["name"], "look");
+        let openai = provider(ProviderKind::OpenAi)?.body(&r, false);
+        assert_eq!(openai["tool_choice"]["function"]["name"], "look");
+        assert_eq!(openai["tools"].as_array().map(Vec::len), Some(2));
+        // a name not offered is passed on as asked
+        r.tool_choice = ToolChoice::Tool("missing".into());
+        let compat = provider(ProviderKind::OpenAiCompatible)?.body(&r, false);
+        assert_eq!(compat["tool_choice"]["function"]["name"], "missing");
         Ok(())
     }
 

@@ -118,19 +118,144 @@ pub fn default_embed_model_dir() -> std::path::PathBuf {
     root.join(EMBED_MODEL_SUBDIR)
 }
 
+/// The model's folder in the model cache `crewlet models pull` fills
+/// (`$CREWLET_MODELS_DIR`, else `$XDG_CACHE_HOME/crewlet/models`, else
+/// `~/.cache/crewlet/models`; the rule of `crewlet_models::models_dir`).
+pub fn cached_embed_model_dir() -> Option<std::path::PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    let models = var("CREWLET_MODELS_DIR")
+        .or_else(|| {
+            var("XDG_CACHE_HOME")
+                .filter(|p| p.is_absolute())
+                .map(|c| c.join("crewlet/models"))
+        })
+        .or_else(|| var("HOME").map(|h| h.join(".cache/crewlet/models")))?;
+    Some(models.join("all-minilm-l6-v2"))
+}
+
 /// The folder of the local embedding model ([`EMBED_MODEL_DIR_VAR`], else
+/// the model cache's [`cached_embed_model_dir`], else
 /// [`default_embed_model_dir`]) if it holds the weights; otherwise panics
 /// under CI and returns `None` (skip) elsewhere, like the services.
 pub fn require_embed_model() -> Option<std::path::PathBuf> {
+    let has_weights = |dir: &std::path::Path| {
+        dir.join("model.safetensors").is_file() && dir.join("tokenizer.json").is_file()
+    };
     let dir = std::env::var_os(EMBED_MODEL_DIR_VAR)
         .filter(|v| !v.is_empty())
-        .map_or_else(default_embed_model_dir, std::path::PathBuf::from);
-    if dir.join("model.safetensors").is_file() && dir.join("tokenizer.json").is_file() {
+        .map(std::path::PathBuf::from)
+        .or_else(|| cached_embed_model_dir().filter(|d| has_weights(d)))
+        .unwrap_or_else(default_embed_model_dir);
+    if has_weights(&dir) {
         return Some(dir);
     }
     let msg = format!(
-        "the local embedding model is not in {}; fetch it with `cargo xtask services up` (or `cargo xtask models fetch`)",
+        "the local embedding model is not in {}; fetch it with `crewlet models pull all-minilm-l6-v2` or `cargo xtask services up`",
         dir.display()
+    );
+    if in_ci() {
+        panic!("CI=true and {msg}");
+    }
+    skip(&msg);
+    None
+}
+
+/// llama.cpp's `llama-server` serving SmolLM2-135M-Instruct, as `cargo
+/// xtask services up --only llm` starts it.
+#[derive(Debug, Clone)]
+pub struct LlmServer {
+    /// The server's root, `http://127.0.0.1:58080` by default
+    /// (`CREWLET_TEST_LLM_URL`): chat completions under `{base_url}/v1`,
+    /// Anthropic messages at `{base_url}/v1/messages`, and llama.cpp's own
+    /// `/health`, `/tokenize`, `/slots`, `/metrics`.
+    pub base_url: String,
+    /// Keys the server accepts, at least two (`CREWLET_TEST_LLM_API_KEYS`,
+    /// comma-separated).
+    pub api_keys: Vec<String>,
+}
+
+impl LlmServer {
+    /// The `base_url` of an `openai-compatible` provider entry.
+    pub fn openai_base_url(&self) -> String {
+        format!("{}/v1", self.base_url)
+    }
+}
+
+/// Root URL of the test llama-server (`CREWLET_TEST_LLM_URL`).
+pub fn llm_server_url() -> String {
+    std::env::var("CREWLET_TEST_LLM_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map_or_else(
+            || "http://127.0.0.1:58080".to_owned(),
+            |v| v.trim().trim_end_matches('/').to_owned(),
+        )
+}
+
+/// The keys the test llama-server accepts (`CREWLET_TEST_LLM_API_KEYS`,
+/// comma-separated; default: the two `cargo xtask services up` gives it).
+pub fn llm_server_keys() -> Vec<String> {
+    let keys: Vec<String> = std::env::var("CREWLET_TEST_LLM_API_KEYS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if keys.is_empty() {
+        vec![
+            "crewlet-dev-llm-key-1".to_owned(),
+            "crewlet-dev-llm-key-2".to_owned(),
+        ]
+    } else {
+        keys
+    }
+}
+
+/// Whether `GET {url}/health` answers 200 (llama-server: the model is
+/// loaded; 503 while it loads).
+fn llm_healthy(url: &str) -> bool {
+    use std::io::{Read, Write};
+    let Some(hp) = host_port(url) else {
+        return false;
+    };
+    let Some(addr) = hp.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return false;
+    };
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET /health HTTP/1.1\r\nHost: {hp}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+/// The test llama-server when it answers `/health` (waiting up to a minute
+/// while it loads its model); otherwise panics under CI and returns `None`
+/// (skip) elsewhere, like the other services.
+pub fn require_llm_server() -> Option<LlmServer> {
+    let base_url = llm_server_url();
+    let api_keys = llm_server_keys();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut healthy = llm_healthy(&base_url);
+    // An open port that is not healthy yet is a server loading its model.
+    while !healthy && reachable(&base_url) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        healthy = llm_healthy(&base_url);
+    }
+    if healthy {
+        return Some(LlmServer { base_url, api_keys });
+    }
+    let msg = format!(
+        "llama-server is not healthy at {base_url}/health; start it with `cargo xtask services up --only llm`"
     );
     if in_ci() {
         panic!("CI=true and {msg}");
@@ -218,6 +343,12 @@ macro_rules! require {
     };
     (browser) => {
         match $crate::services::require_browser() {
+            Some(v) => v,
+            None => return,
+        }
+    };
+    (llm_server) => {
+        match $crate::services::require_llm_server() {
             Some(v) => v,
             None => return,
         }

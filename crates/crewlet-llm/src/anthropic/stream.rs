@@ -138,6 +138,12 @@ impl StreamAssembler for Assembler {
             "message_delta" => self.merge_usage(v.get("usage")),
             "message_stop" => return Ok(true),
             "error" => {
+                if let Some(message) = crate::error::context_overflow_message(&v) {
+                    return Err(LlmError::ContextOverflow {
+                        provider: self.provider.clone(),
+                        message,
+                    });
+                }
                 let kind = v
                     .pointer("/error/type")
                     .and_then(Value::as_str)
