@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Install, start, stop and inspect the local PostgreSQL and Pulsar (127.0.0.1 only),
-    /// and fetch the local embedding model.
+    /// and fetch the local models.
     Services {
         #[command(subcommand)]
         action: xtask::services::Action,
@@ -29,7 +29,7 @@ enum Command {
         #[arg(long)]
         no_services: bool,
     },
-    /// Fetch model files (`fetch`: all-MiniLM-L6-v2 for `providers.embeddings.type: local`).
+    /// Fetch model files (`fetch`: the catalogue's models, as `crewlet models pull` does).
     Models {
         #[command(subcommand)]
         action: ModelsAction,
@@ -47,7 +47,7 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ModelsAction {
-    /// Install the embedding model once (a no-op when complete) and print its folder.
+    /// Pull every catalogue model that is not installed and print where they are.
     Fetch,
 }
 

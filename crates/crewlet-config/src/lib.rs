@@ -46,7 +46,7 @@ pub use company::{
 pub use company::{
     Company, CompanyProviders, ConfluenceIntegration, Contact, EmbeddingsKind, EmbeddingsProvider,
     GithubIntegration, GitlabIntegration, Integrations, JiraIntegration, Learning, LlmChoice,
-    LlmKind, LlmPhases, LlmProvider, LlmSpec, McpServer, McpTransport, Phase, PlaneIntegration,
+    LlmKind, LlmPhases, LlmProvider, LlmSpec, LocalRun, McpServer, McpTransport, Phase, PlaneIntegration,
     ProjectIdentity, Role, RoleIntegrations, Schedule, ScheduleTarget, Scheduling, SeatAccount,
     SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat, TurnEngine, Unit,
     UnitIntegrations, WikiSeat,

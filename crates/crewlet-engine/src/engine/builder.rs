@@ -212,9 +212,16 @@ impl EngineBuilder {
             &company,
             |name| (options.env)(name),
         ));
+        if options.pull_models {
+            crate::local_llm::pull_missing(&company).await;
+        }
         let llm = match self.llm {
             Some(r) => r,
-            None => build_registry(&company, options.env.as_ref()).0,
+            None => {
+                let (registry, problems) = build_registry(&company, options.env.as_ref());
+                crate::local_llm::announce_fallbacks(&company, &org, &problems);
+                registry
+            }
         };
         let llm = guard_registry(
             llm,

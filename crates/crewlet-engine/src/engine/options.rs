@@ -45,6 +45,11 @@ pub struct EngineOptions {
     /// duties it may run. `None`: the engine runs every seat and every
     /// duty (one process, tests, embedding).
     pub fleet: Option<FleetHandles>,
+    /// Download the catalogue models the company's `type: local` providers
+    /// and local embedder name when they are missing (`crewlet run` does,
+    /// unless `--offline`). Off by default: a missing model then makes its
+    /// provider unavailable with the command that fetches it.
+    pub pull_models: bool,
 }
 
 /// What an engine of a fleet node works with.
@@ -70,6 +75,7 @@ impl Default for EngineOptions {
             ask_escalate_after: crate::colleagues::DEFAULT_ESCALATE_AFTER,
             tool_skills: Default::default(),
             fleet: None,
+            pull_models: false,
         }
     }
 }
@@ -88,6 +94,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("ask_escalate_after", &self.ask_escalate_after)
             .field("tool_skills", &self.tool_skills)
             .field("fleet", &self.fleet)
+            .field("pull_models", &self.pull_models)
             .finish_non_exhaustive()
     }
 }

@@ -65,7 +65,7 @@ pub(crate) fn derive(
     let vendor = entry.and_then(|p| match p.kind {
         LlmKind::Anthropic => Some(Vendor::Anthropic),
         LlmKind::Openai | LlmKind::OpenaiCompatible => Some(Vendor::OpenAi),
-        LlmKind::CliAgent => None,
+        LlmKind::CliAgent | LlmKind::Local => None,
     });
     let own = |v: Vendor| {
         let (key_var, url_var) = v.vars();

@@ -127,6 +127,12 @@ impl TurnEngine {
         error: TurnError,
     ) -> TurnFailure {
         match error {
+            // The prompt outgrew every model of the chain: the turn's own
+            // context failure, not an unavailable model.
+            TurnError::Llm(e @ LlmError::ContextOverflow { .. }) => TurnFailure {
+                reason: FailureReason::ContextOverflow { phase: pc.phase },
+                detail: e.to_string(),
+            },
             TurnError::Llm(e) => self.unavailable(pc, &chain.names(), &e).await,
             TurnError::BudgetExhausted { refusal } => {
                 self.report_budget_exhausted(pc, &refusal).await;

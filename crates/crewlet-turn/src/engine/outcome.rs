@@ -47,6 +47,11 @@ pub enum FailureReason {
     LlmUnavailable {
         phase: Phase,
     },
+    /// The phase's prompt is longer than the context of every model its
+    /// chain tried (`context_overflow`).
+    ContextOverflow {
+        phase: Phase,
+    },
     /// The database stayed unavailable (a budget charge could not be
     /// recorded): the work is not done and should be retried later.
     StoreUnavailable,
@@ -66,12 +71,14 @@ pub enum FailureReason {
 
 impl FailureReason {
     /// The `reason` of `task_failed`: `budget_exhausted`, `llm_unavailable`,
+    /// `context_overflow`,
     /// or the guard's kind.
     pub fn code(&self) -> &'static str {
         match self {
             FailureReason::Guard(kind) => kind.as_str(),
             FailureReason::BudgetExhausted(_) => "budget_exhausted",
             FailureReason::LlmUnavailable { .. } => "llm_unavailable",
+            FailureReason::ContextOverflow { .. } => "context_overflow",
             FailureReason::StoreUnavailable => "store_unavailable",
             FailureReason::Fenced => "fenced",
             FailureReason::JournalEnded { .. } => "journal_ended",
