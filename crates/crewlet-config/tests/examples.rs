@@ -65,14 +65,18 @@ fn quickstart_company_validates_and_resolves() {
     );
     let eng = org.seat("eng").map(|s| s.unit_path.clone());
     assert_eq!(eng, Some(vec!["Engineering".to_string()]));
-    // Every phase falls back to the only provider.
+    // Every phase runs on OpenAI, falling back to the local model.
     let role = &org
         .seat("eng")
         .map(|s| s.role.clone())
         .unwrap_or_else(|| panic!("no eng"));
     for phase in Phase::ALL {
-        assert_eq!(company.llm_chain(role, phase), ["main"]);
+        assert_eq!(company.llm_chain(role, phase), ["main", "local"]);
     }
+    let local = &company.providers.llm["local"];
+    assert_eq!(local.kind, crewlet_config::LlmKind::Local);
+    assert_eq!(local.model, "smollm2-135m-instruct");
+    assert!(local.path.is_none());
 }
 
 #[test]

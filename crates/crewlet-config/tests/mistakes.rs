@@ -1111,6 +1111,8 @@ providers:
     e: {type: cli-agent}
     f: {type: openai, api_keys: ['']}
     g: {type: anthropic, cli: {agent: claude-code}}
+    h: {type: openai, api_keys: [k], path: /m.gguf}
+    i: {type: local, model: m, base_url: 'http://x'}
 roles:
   - name: A
 ";
@@ -1125,7 +1127,7 @@ roles:
             (
                 7,
                 "providers.llm.d.type",
-                "expected one of `openai`, `anthropic`, `openai-compatible`, `cli-agent`, found `gemini`",
+                "expected one of `openai`, `anthropic`, `openai-compatible`, `cli-agent`, `local`, found `gemini`",
             ),
             (
                 8,
@@ -1141,6 +1143,16 @@ roles:
                 10,
                 "providers.llm.g.cli",
                 "provider `g`: `cli` is only for `type: cli-agent`",
+            ),
+            (
+                11,
+                "providers.llm.h.path",
+                "provider `h`: `path` is only for `type: local`",
+            ),
+            (
+                12,
+                "providers.llm.i.base_url",
+                "runs inside the engine (`type: local`): it has no `base_url`",
             ),
         ],
         &[(

@@ -53,6 +53,9 @@ struct Session {
     cache: KvCache,
 }
 
+/// Tokens a tool call may take in all, past the answer's own cap.
+pub const CALL_BUDGET: usize = 1024;
+
 /// How one answer is generated.
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
@@ -190,7 +193,8 @@ impl LocalModel {
         let mut sent = 0usize;
         let mut rng = rand::rng();
         let room = self.context.saturating_sub(prompt.len());
-        let budget = options.max_tokens.min(room);
+        let mut budget = options.max_tokens.min(room);
+        let mut extended = false;
         let mut stop = StopReason::Length;
         while generated.len() < budget {
             let t0 = Instant::now();
@@ -212,6 +216,7 @@ impl LocalModel {
                 }
             }
             constrain_time += t0.elapsed();
+            penalize_repeats(&mut logits, &generated);
             let token = pick(&logits, options.temperature, &mut rng);
             if self.tokenizer.is_stop(token) {
                 stop = StopReason::End;
@@ -240,7 +245,17 @@ impl LocalModel {
                 break;
             }
             if generated.len() >= budget {
-                break;
+                // A call the grammar has begun may run past the cap (up to
+                // CALL_BUDGET): cut, it would be malformed.
+                let in_call = matcher.as_ref().is_some_and(|m| !m.is_stopped())
+                    && text_bytes.trim_ascii_start().starts_with(crate::grammar::CALL_OPEN.as_bytes());
+                if in_call && !extended {
+                    extended = true;
+                    budget = CALL_BUDGET.max(budget).min(room);
+                }
+                if generated.len() >= budget {
+                    break;
+                }
             }
             logits = self.weights.forward(&[token], &mut session.cache)?;
             session.tokens.push(token);
@@ -296,6 +311,27 @@ impl LocalModel {
     /// Bytes held by cached conversations.
     pub fn cache_bytes(&self) -> usize {
         self.sessions.lock().iter().map(|s| s.cache.bytes()).sum()
+    }
+}
+
+/// Tokens of the answer so far that repeating is discouraged over.
+const REPEAT_WINDOW: usize = 64;
+/// How much a repeated token's logit is damped (1.0: not at all).
+const REPEAT_PENALTY: f32 = 1.1;
+
+/// Damps the tokens the last [`REPEAT_WINDOW`] of the answer used: greedy
+/// decoding on a small model otherwise loops on a phrase until the cap.
+fn penalize_repeats(logits: &mut [f32], generated: &[u32]) {
+    let start = generated.len().saturating_sub(REPEAT_WINDOW);
+    let mut seen: Vec<u32> = generated[start..].to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    for t in seen {
+        if let Some(l) = logits.get_mut(t as usize)
+            && l.is_finite()
+        {
+            *l = if *l > 0.0 { *l / REPEAT_PENALTY } else { *l * REPEAT_PENALTY };
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! are valid by construction too.
 //!
 //! The answer format is `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`,
-//! one block per call; plain text may not start like a call.
+//! one call per answer; plain text may not start like a call.
 
 use crewlet_llm::{ToolChoice, ToolSpec};
 use llguidance::api::TopLevelGrammar;
@@ -15,7 +15,7 @@ pub const CALL_CLOSE: &str = "</tool_call>";
 
 /// Longest string a constrained argument may hold when its schema sets no
 /// `maxLength`: a small model repeating itself stops here.
-const STRING_CAP: u64 = 2000;
+const STRING_CAP: u64 = 1000;
 /// Most items a constrained array may hold when its schema sets no `maxItems`.
 const ARRAY_CAP: u64 = 16;
 
@@ -64,9 +64,11 @@ impl AnswerShape {
         };
         let schema = call_schema(tools);
         let start = if text { "start: TEXT | calls" } else { "start: calls" };
+        // One call per answer: small models repeat a call until the token
+        // cap cuts it; the tool loop asks again for the next one.
         let lark = format!(
             "{start}\n\
-             calls: call (\"\\n\" call)*\n\
+             calls: call\n\
              call: \"{CALL_OPEN}\\n\" %json {schema} \"\\n{CALL_CLOSE}\"\n\
              TEXT: /(?s:.+)/ & ~/(?s:[ \\t\\r\\n]*<tool_call>.*)/\n"
         );
@@ -105,7 +107,8 @@ fn call_schema(tools: &[ToolSpec]) -> Value {
 }
 
 /// The schema with caps on strings and arrays that have none, and objects
-/// closed to keys they do not name (a small model wanders otherwise).
+/// that list their fields closed to others and with every field written (a
+/// small model wanders, or stops short, otherwise).
 pub fn bounded(schema: &Value) -> Value {
     match schema {
         Value::Object(map) => {
@@ -134,8 +137,14 @@ pub fn bounded(schema: &Value) -> Value {
             if types.contains(&"array") && !out.contains_key("maxItems") {
                 out.insert("maxItems".into(), json!(ARRAY_CAP));
             }
-            if out.contains_key("properties") && !out.contains_key("additionalProperties") {
-                out.insert("additionalProperties".into(), Value::Bool(false));
+            if let Some(Value::Object(props)) = out.get("properties") {
+                // Every listed field is written: a small model otherwise
+                // closes the object after the first required one.
+                let all: Vec<Value> = props.keys().map(|k| Value::String(k.clone())).collect();
+                out.insert("required".into(), Value::Array(all));
+                if !out.contains_key("additionalProperties") {
+                    out.insert("additionalProperties".into(), Value::Bool(false));
+                }
             }
             Value::Object(out)
         }
@@ -161,12 +170,19 @@ pub fn parse_calls(answer: &str) -> Option<Vec<(String, String)>> {
         return None;
     }
     let mut calls = Vec::new();
+    // Whole blocks only: a block the token cap cut is left out.
     while let Some(after) = rest.trim_start().strip_prefix(CALL_OPEN) {
-        let end = after.find(CALL_CLOSE)?;
-        let body: Value = serde_json::from_str(after[..end].trim()).ok()?;
-        let name = body.get("name")?.as_str()?.to_owned();
+        let Some(end) = after.find(CALL_CLOSE) else {
+            break;
+        };
+        let Ok(body) = serde_json::from_str::<Value>(after[..end].trim()) else {
+            break;
+        };
+        let Some(name) = body.get("name").and_then(Value::as_str) else {
+            break;
+        };
         let arguments = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
-        calls.push((name, arguments.to_string()));
+        calls.push((name.to_owned(), arguments.to_string()));
         rest = &after[end + CALL_CLOSE.len()..];
     }
     Some(calls)
@@ -205,6 +221,7 @@ mod tests {
             "s": {"type": "string"}, "e": {"type": "string", "enum": ["x"]},
             "l": {"type": "array", "items": {"type": "string"}}}}));
         assert_eq!(s["additionalProperties"], json!(false));
+        assert_eq!(s["required"], json!(["s", "e", "l"]));
         assert_eq!(s["properties"]["s"]["maxLength"], json!(STRING_CAP));
         assert!(s["properties"]["e"].get("maxLength").is_none());
         assert_eq!(s["properties"]["l"]["maxItems"], json!(ARRAY_CAP));
@@ -218,5 +235,7 @@ mod tests {
         assert_eq!(calls[0], ("a".into(), "{\"q\":\"x\"}".into()));
         assert_eq!(calls[1].0, "b");
         assert_eq!(parse_calls("plain text"), None);
+        let cut = "<tool_call>\n{\"name\":\"a\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n{\"name\":\"a\",\"argu";
+        assert_eq!(parse_calls(cut).unwrap().len(), 1);
     }
 }

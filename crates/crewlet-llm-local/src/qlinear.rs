@@ -263,6 +263,9 @@ fn has_avx2() -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
+// Blocks are walked by index: the same index addresses codes, scales and
+// activations, through raw pointers.
+#[allow(clippy::needless_range_loop)]
 mod avx2 {
     use std::arch::x86_64::*;
 
@@ -337,7 +340,7 @@ mod tests {
         // Two rows of 64 values.
         let mut data = Vec::new();
         for r in 0..4u8 {
-            let codes: [u8; 16] = std::array::from_fn(|j| (j as u8 * 7 + r) % 16 | (((j as u8 + r) % 16) << 4));
+            let codes: [u8; 16] = std::array::from_fn(|j| ((j as u8 * 7 + r) % 16) | (((j as u8 + r) % 16) << 4));
             data.extend(q4_1_block(0.25 + f32::from(r) * 0.1, -1.0, codes));
         }
         let w = Blocks::<16>::read(&data, 2, 64, true).unwrap();

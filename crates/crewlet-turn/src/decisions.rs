@@ -186,6 +186,21 @@ pub fn submit_plan_spec() -> ToolSpec {
     }
 }
 
+/// [`submit_plan_spec`] whose tool names can only be `tools`, the seat's
+/// own (no enum when it has none): a plan cannot name a tool that does not
+/// exist.
+pub fn submit_plan_spec_for<'a>(tools: impl IntoIterator<Item = &'a str>) -> ToolSpec {
+    let names: Vec<&str> = tools.into_iter().collect();
+    let mut spec = submit_plan_spec();
+    if names.is_empty() {
+        return spec;
+    }
+    let props = &mut spec.parameters["properties"];
+    props["tools_needed"]["items"]["enum"] = json!(names);
+    props["steps"]["items"]["properties"]["tools"]["items"]["enum"] = json!(names);
+    spec
+}
+
 pub fn submit_review_spec() -> ToolSpec {
     ToolSpec {
         name: SUBMIT_REVIEW.into(),

@@ -77,7 +77,7 @@ pub use auxiliary::{AuxCall, Auxiliary};
 pub use budget::{BudgetGate, BudgetLimits, warning_payload};
 pub use decisions::{
     Plan, PlanDecision, PlanStep, Review, ReviewDecision, SUBMIT_PLAN, SUBMIT_REVIEW,
-    submit_plan_spec, submit_review_spec,
+    submit_plan_spec, submit_plan_spec_for, submit_review_spec,
 };
 pub use engine::{
     FailureReason, GuardKind, PhaseRecord, TurnDecision, TurnEngine, TurnFailure, TurnOutcome,

@@ -386,10 +386,13 @@ async fn plan_tool_call_review_done_with_exact_token_totals() -> TestResult {
         .unwrap_or_default();
     assert!(plan_system.contains("## Tool catalogue"));
     assert!(plan_system.contains("- explode: Always panics."));
-    // Execute: what the plan needs, and the discovery pair
+    // Execute: the first round must call a tool the plan named, and only
+    // those are offered; then what the plan needs and the discovery pair.
+    assert_eq!(tools(1), ["lookup"]);
+    assert_eq!(reqs[1].body["tool_choice"], "required");
     let execute = ["list_mcp_server_tools", "activate_tool", "lookup"];
-    assert_eq!(tools(1), execute);
     assert_eq!(tools(2), execute);
+    assert_eq!(reqs[2].body["tool_choice"], "auto");
     assert_eq!(reqs[2].body["messages"].as_array().map(Vec::len), Some(4));
     assert_eq!(
         reqs[2].body["messages"][3]["content"],

@@ -16,7 +16,7 @@ use crewlet_llm::{LlmProvider, Message, Phase, SystemBlock, ToolChoice};
 use super::TurnEngine;
 use super::ctx::PhaseCtx;
 use super::report::Progress;
-use crate::decisions::{SUBMIT_PLAN, SUBMIT_REVIEW, submit_plan_spec, submit_review_spec};
+use crate::decisions::{SUBMIT_PLAN, SUBMIT_REVIEW, submit_plan_spec_for, submit_review_spec};
 use crate::prompts::{self, ExecutionRecord, PhaseBrief, PriorIteration};
 use crate::tool_loop::{
     LoopEnd, LoopEnv, LoopRequest, LoopStats, MetaTools, Terminator, ToolSelection, run_tool_loop,
@@ -100,6 +100,7 @@ impl Attempt<'_> {
             meta,
             round_cap,
             grace_round,
+            require_first_call: false,
         }
     }
 }
@@ -124,7 +125,7 @@ impl PhaseWork for PlanPhase<'_> {
         stats: &mut LoopStats,
     ) -> Result<Plan, TurnError> {
         let terminator = Terminator {
-            spec: submit_plan_spec(),
+            spec: submit_plan_spec_for(self.catalogue.iter().map(|(name, _)| name.as_str())),
             parse: Plan::parse,
         };
         let request = attempt.request(
@@ -163,8 +164,9 @@ impl PhaseWork for ExecutePhase<'_> {
         mut attempt: Attempt<'_>,
         stats: &mut LoopStats,
     ) -> Result<ExecutionRecord, TurnError> {
-        let request: LoopRequest = attempt.request(
-            ToolSelection::Named(self.plan.tool_names()),
+        let planned = self.plan.tool_names();
+        let mut request: LoopRequest = attempt.request(
+            ToolSelection::Named(planned.clone()),
             false,
             Vec::new(),
             MetaTools {
@@ -174,6 +176,9 @@ impl PhaseWork for ExecutePhase<'_> {
             engine.settings.execute_round_cap,
             true,
         );
+        // A plan that names the tools its work needs starts by calling one:
+        // a model may not answer from thin air what it planned to look up.
+        request.require_first_call = !planned.is_empty();
         let outcome = run_tool_loop(&attempt.env, request, stats).await?;
         let mut final_text = outcome.text;
         if let LoopEnd::Terminated { tool, .. } = &outcome.end
@@ -321,6 +326,7 @@ impl TurnEngine {
                 meta: MetaTools::NONE,
                 round_cap: 1,
                 grace_round: false,
+                require_first_call: false,
             };
             outcome = run_tool_loop(env, rescue, stats).await?;
         }

@@ -460,6 +460,7 @@ pub(super) async fn run_child(host: &Host, spec: ChildSpec<'_>) -> ChildResult {
                 },
                 round_cap,
                 grace_round: false,
+                require_first_call: false,
             };
             match run_tool_loop(&env, request, &mut stats).await {
                 // A provider that fails with a next one in the chain hands over.

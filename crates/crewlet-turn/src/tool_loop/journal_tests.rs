@@ -102,6 +102,7 @@ fn request() -> LoopRequest {
         tool_choice: ToolChoice::Auto,
         round_cap: 8,
         grace_round: false,
+        require_first_call: false,
     }
 }
 

@@ -79,6 +79,9 @@ pub struct LoopRequest<D = ()> {
     pub round_cap: u32,
     /// After the cap, one more round without tools to summarize.
     pub grace_round: bool,
+    /// The first round must call one of the offered tools (`tool_choice:
+    /// required`) when any is offered: Execute, when the plan named tools.
+    pub require_first_call: bool,
 }
 
 /// Something inside the loop worth an event.
@@ -268,6 +271,7 @@ pub async fn run_tool_loop<D>(
         meta,
         round_cap,
         grace_round,
+        require_first_call,
     } = request;
     let mut session = Session::default();
     let mut call = CompletionRequest {
@@ -297,10 +301,15 @@ pub async fn run_tool_loop<D>(
             select_tools(env, &tools, &session.activated)
         };
         call.tools.clear();
+        // The forced first call is one of the tools the plan named, not a
+        // meta tool.
+        let forced = rounds == 0 && require_first_call && !offered.is_empty();
         if !grace {
             call.tools
                 .extend(terminators.iter().map(|t| t.spec.clone()));
-            call.tools.extend(meta.specs(env.skills));
+            if !forced {
+                call.tools.extend(meta.specs(env.skills));
+            }
             call.tools.extend(offered.iter().map(|t| {
                 if slim_tools {
                     slim_tool_spec(t.as_ref())
@@ -313,6 +322,8 @@ pub async fn run_tool_loop<D>(
         }
         call.tool_choice = if call.tools.is_empty() {
             ToolChoice::Auto
+        } else if forced {
+            ToolChoice::Required
         } else {
             tool_choice.clone()
         };

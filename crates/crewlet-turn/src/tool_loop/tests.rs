@@ -87,6 +87,7 @@ fn request(cap: u32, grace: bool) -> LoopRequest {
         tool_choice: ToolChoice::Auto,
         round_cap: cap,
         grace_round: grace,
+        require_first_call: false,
     }
 }
 
