@@ -83,13 +83,10 @@ impl Linear {
             .for_each(|(task, out)| {
                 let first = task * ROWS_PER_TASK;
                 for (i, per_act) in out.chunks_mut(n).enumerate() {
-                    let r = first + i;
-                    for (slot, a) in per_act.iter_mut().zip(&acts) {
-                        *slot = match self {
-                            Linear::Q4_1(b) => b.dot_q4_1(r, a),
-                            Linear::Q8_0(b) => b.dot_q8_0(r, a),
-                            Linear::Other(_) => 0.0,
-                        };
+                    match self {
+                        Linear::Q4_1(b) => b.dots_q4_1(first + i, &acts, per_act),
+                        Linear::Q8_0(b) => b.dots_q8_0(first + i, &acts, per_act),
+                        Linear::Other(_) => {}
                     }
                 }
             });
@@ -158,6 +155,46 @@ impl<const N: usize> Blocks<N> {
 
     fn per_row(&self) -> usize {
         self.cols / BLOCK
+    }
+
+    /// Row `r` against every activation row, into `out`.
+    fn dots_q4_1(&self, r: usize, acts: &[Q8Row], out: &mut [f32]) {
+        let nb = self.per_row();
+        let b0 = r * nb;
+        let qs = &self.qs[b0 * N..(b0 + nb) * N];
+        let d = &self.d[b0..b0 + nb];
+        let m = &self.m[b0..b0 + nb];
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            for (slot, a) in out.iter_mut().zip(acts) {
+                // SAFETY: the CPU has AVX2 and FMA (checked above); every
+                // slice holds `nb` whole blocks.
+                *slot = unsafe { avx2::dot_q4_1(qs, d, m, a) };
+            }
+            return;
+        }
+        for (slot, a) in out.iter_mut().zip(acts) {
+            *slot = self.dot_q4_1(r, a);
+        }
+    }
+
+    /// Row `r` against every activation row, into `out`.
+    fn dots_q8_0(&self, r: usize, acts: &[Q8Row], out: &mut [f32]) {
+        let nb = self.per_row();
+        let b0 = r * nb;
+        let qs = &self.qs[b0 * N..(b0 + nb) * N];
+        let d = &self.d[b0..b0 + nb];
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            for (slot, a) in out.iter_mut().zip(acts) {
+                // SAFETY: as in `dots_q4_1`.
+                *slot = unsafe { avx2::dot_q8_0(qs, d, a) };
+            }
+            return;
+        }
+        for (slot, a) in out.iter_mut().zip(acts) {
+            *slot = self.dot_q8_0(r, a);
+        }
     }
 
     fn dot_q4_1(&self, r: usize, a: &Q8Row) -> f32 {

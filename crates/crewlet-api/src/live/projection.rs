@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use chrono::{DateTime, Utc};
 use crewlet_config::{Organization, SeatKind};
 use crewlet_core::payload::{
-    AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, EventPayload, TaskFailed,
-    TaskStarted, ToolExecution,
+    AgentPhaseStarted, AgentTurnCompleted, AgentTurnProgress, EventPayload, ProviderFallback,
+    TaskFailed, TaskStarted, ToolExecution,
 };
 use crewlet_core::{Event, EventType};
 use serde::Serialize;
@@ -203,6 +203,7 @@ impl Projection {
             }
             EventType::TaskStarted
             | EventType::AgentPhaseStarted
+            | EventType::ProviderFallback
             | EventType::AgentTurnProgress
             | EventType::TaskCompleted
             | EventType::TaskFailed
@@ -256,6 +257,19 @@ impl Projection {
                 turn.model = Some(p.model);
                 turn.response.clear();
                 turn.tool_executions.clear();
+                turn.updated_at = event.timestamp;
+            }
+            // The phase restarted on the next provider: its model shows.
+            EventType::ProviderFallback => {
+                let p = ProviderFallback::from_event(event).ok()?;
+                let turn = seat.turn.as_mut()?;
+                if turn.turn_id != p.turn_id.to_string() {
+                    return None;
+                }
+                if let Some(model) = p.to_model {
+                    turn.model = Some(model);
+                }
+                turn.response.clear();
                 turn.updated_at = event.timestamp;
             }
             EventType::AgentTurnProgress => {
@@ -503,6 +517,31 @@ mod tests {
 
     fn state(p: &Projection) -> Option<&'static str> {
         p.seats.get("eng").and_then(|s| s.state)
+    }
+
+    #[test]
+    fn a_fallback_shows_the_model_the_phase_now_runs_on() {
+        let turn = uuid::Uuid::now_v7();
+        let fallback = ProviderFallback {
+            phase: "plan".into(),
+            from: "main".into(),
+            to: "local".into(),
+            to_model: Some("smollm2-135m-instruct".into()),
+            error: "no key".into(),
+            error_class: "auth".into(),
+            turn_id: turn,
+            iteration: 1,
+        };
+        let mut p = Projection::default();
+        for e in [
+            started(turn),
+            phase(turn, "plan"),
+            ev(EventType::ProviderFallback, fallback.to_payload()),
+        ] {
+            p.apply(&e);
+        }
+        let model = p.seats.get("eng").and_then(|s| s.turn.as_ref()).and_then(|t| t.model.clone());
+        assert_eq!(model.as_deref(), Some("smollm2-135m-instruct"));
     }
 
     #[test]

@@ -166,6 +166,9 @@ pub struct ProviderFallback {
     pub phase: String,
     pub from: String,
     pub to: String,
+    /// The model of `to`, which the phase now runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_model: Option<String>,
     pub error: String,
     pub error_class: String,
     pub turn_id: Uuid,

@@ -122,6 +122,7 @@ impl TurnEngine {
             phase: phase.as_str().to_owned(),
             from: from.name().to_owned(),
             to: to.name().to_owned(),
+            to_model: Some(to.model().to_owned()),
             error: error.to_string(),
             error_class: error.class().as_str().to_owned(),
             turn_id: pc.turn.turn_id,
