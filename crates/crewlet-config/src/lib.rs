@@ -46,10 +46,10 @@ pub use company::{
 pub use company::{
     Company, CompanyProviders, ConfluenceIntegration, Contact, EmbeddingsKind, EmbeddingsProvider,
     GithubIntegration, GitlabIntegration, Integrations, JiraIntegration, Learning, LlmChoice,
-    LlmKind, LlmPhases, LlmProvider, LlmSpec, LocalRun, McpServer, McpTransport, Phase, PlaneIntegration,
-    ProjectIdentity, Role, RoleIntegrations, Schedule, ScheduleTarget, Scheduling, SeatAccount,
-    SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat, TurnEngine, Unit,
-    UnitIntegrations, WikiSeat,
+    LlmKind, LlmPhases, LlmProvider, LlmSpec, LocalRun, McpServer, McpTransport, Phase,
+    PlaneIntegration, ProjectIdentity, Role, RoleIntegrations, Schedule, ScheduleTarget,
+    Scheduling, SeatAccount, SeatKind, SlackIntegration, SlackSeat, SpaceIdentity, TrackerSeat,
+    TurnEngine, Unit, UnitIntegrations, WikiSeat,
 };
 pub use company::{
     DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_PROVIDER, LOCAL_EMBEDDING_DIMENSIONS, cli_agent, later,

@@ -144,10 +144,11 @@ pub(crate) fn announce_fallbacks(
             continue;
         }
         let chain = company.llm_chain(&seat.role, crewlet_config::Phase::Execute);
-        let Some(local) = chain
-            .iter()
-            .find(|n| providers.get(n.as_str()).is_some_and(|e| e.kind == LlmKind::Local))
-        else {
+        let Some(local) = chain.iter().find(|n| {
+            providers
+                .get(n.as_str())
+                .is_some_and(|e| e.kind == LlmKind::Local)
+        }) else {
             continue;
         };
         let before: Vec<&String> = chain.iter().take_while(|n| *n != local).collect();
@@ -159,7 +160,9 @@ pub(crate) fn announce_fallbacks(
             continue;
         }
         said.push(local.clone());
-        let model = providers.get(local.as_str()).map_or("", |e| e.model.as_str());
+        let model = providers
+            .get(local.as_str())
+            .map_or("", |e| e.model.as_str());
         warn!(
             provider = %local,
             model = %model,

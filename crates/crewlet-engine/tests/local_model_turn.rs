@@ -55,9 +55,13 @@ async fn quickstart_turn() {
         ..crewlet_engine::RunOptions::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let engine = tokio::spawn(crewlet_engine::run::run_until(bootstrap, options, async move {
-        let _ = stopped.await;
-    }));
+    let engine = tokio::spawn(crewlet_engine::run::run_until(
+        bootstrap,
+        options,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base, Duration::from_secs(120)).await;
 
@@ -89,7 +93,10 @@ async fn quickstart_turn() {
                     .and_then(|s| s.iter().find(|x| x["handle"] == "ceo"))
                     .map(|s| s["turn"].clone())
                     .unwrap_or_default();
-                if turn["response"].as_str().is_some_and(|r| !r.trim().is_empty()) {
+                if turn["response"]
+                    .as_str()
+                    .is_some_and(|r| !r.trim().is_empty())
+                {
                     *streamed.lock() = Some(turn);
                 }
             }
@@ -125,7 +132,10 @@ async fn quickstart_turn() {
     // Execute's first round is a call of one of them, decoded under its
     // arguments' schema: the loop ran it (a parse failure never runs).
     let execute = phase("execute");
-    let executions = execute["tool_executions"].as_array().cloned().unwrap_or_default();
+    let executions = execute["tool_executions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(!executions.is_empty(), "execute called no tool: {execute}");
     let turn = completed
         .iter()
@@ -156,8 +166,16 @@ async fn quickstart_turn() {
         .as_array()
         .and_then(|m| m.iter().find(|r| r["provider"] == "local").cloned())
         .unwrap_or_default();
-    assert_eq!(local["input_tokens"].as_u64(), Some(sum("input_tokens")), "{breakdown}");
-    assert_eq!(local["output_tokens"].as_u64(), Some(sum("output_tokens")), "{breakdown}");
+    assert_eq!(
+        local["input_tokens"].as_u64(),
+        Some(sum("input_tokens")),
+        "{breakdown}"
+    );
+    assert_eq!(
+        local["output_tokens"].as_u64(),
+        Some(sum("output_tokens")),
+        "{breakdown}"
+    );
     assert!(sum("output_tokens") > 0 && sum("input_tokens") > 0);
 
     let live = streamed

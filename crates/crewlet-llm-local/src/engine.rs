@@ -93,7 +93,11 @@ pub struct Generated {
 
 impl LocalModel {
     /// Loads the model at `path`: header checks, tokenizer, template, weights.
-    pub fn load(path: &Path, context: Option<usize>, max_sessions: usize) -> Result<Self, LocalModelError> {
+    pub fn load(
+        path: &Path,
+        context: Option<usize>,
+        max_sessions: usize,
+    ) -> Result<Self, LocalModelError> {
         let mut gguf = GgufFile::open(path)?;
         let tokenizer = Arc::new(ModelTokenizer::from_gguf(&gguf)?);
         let name_of = |id: Option<u32>| {
@@ -163,7 +167,15 @@ impl LocalModel {
         let keep = common_prefix(&session.tokens, prompt).min(prompt.len() - 1);
         session.tokens.truncate(keep);
         session.cache.truncate(keep);
-        let result = self.run(&mut session, prompt, keep, &mut matcher, options, &mut on_text, started);
+        let result = self.run(
+            &mut session,
+            prompt,
+            keep,
+            &mut matcher,
+            options,
+            &mut on_text,
+            started,
+        );
         if result.is_err() {
             session.tokens.clear();
             session.cache.truncate(0);
@@ -183,7 +195,9 @@ impl LocalModel {
         on_text: &mut impl FnMut(&str) -> ControlFlow<()>,
         started: Instant,
     ) -> Result<Generated, LocalModelError> {
-        let mut logits = self.weights.forward(&prompt[cached..], &mut session.cache)?;
+        let mut logits = self
+            .weights
+            .forward(&prompt[cached..], &mut session.cache)?;
         session.tokens.extend_from_slice(&prompt[cached..]);
         let prompt_time = started.elapsed();
         let gen_started = Instant::now();
@@ -233,7 +247,8 @@ impl LocalModel {
             text_bytes.extend_from_slice(&self.tokenizer.decode_bytes(&[token]));
             let complete = utf8_complete(&text_bytes[sent..]);
             if complete > 0 {
-                let piece = String::from_utf8_lossy(&text_bytes[sent..sent + complete]).into_owned();
+                let piece =
+                    String::from_utf8_lossy(&text_bytes[sent..sent + complete]).into_owned();
                 sent += complete;
                 if on_text(&piece).is_break() {
                     stop = StopReason::Cancelled;
@@ -248,7 +263,9 @@ impl LocalModel {
                 // A call the grammar has begun may run past the cap (up to
                 // CALL_BUDGET): cut, it would be malformed.
                 let in_call = matcher.as_ref().is_some_and(|m| !m.is_stopped())
-                    && text_bytes.trim_ascii_start().starts_with(crate::grammar::CALL_OPEN.as_bytes());
+                    && text_bytes
+                        .trim_ascii_start()
+                        .starts_with(crate::grammar::CALL_OPEN.as_bytes());
                 if in_call && !extended {
                     extended = true;
                     budget = CALL_BUDGET.max(budget).min(room);
@@ -330,7 +347,11 @@ fn penalize_repeats(logits: &mut [f32], generated: &[u32]) {
         if let Some(l) = logits.get_mut(t as usize)
             && l.is_finite()
         {
-            *l = if *l > 0.0 { *l / REPEAT_PENALTY } else { *l * REPEAT_PENALTY };
+            *l = if *l > 0.0 {
+                *l / REPEAT_PENALTY
+            } else {
+                *l * REPEAT_PENALTY
+            };
         }
     }
 }
@@ -356,7 +377,13 @@ fn pick(logits: &[f32], temperature: f32, rng: &mut impl Rng) -> u32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let weights: Vec<f32> = logits
         .iter()
-        .map(|&l| if l.is_finite() { ((l - max) / temperature).exp() } else { 0.0 })
+        .map(|&l| {
+            if l.is_finite() {
+                ((l - max) / temperature).exp()
+            } else {
+                0.0
+            }
+        })
         .collect();
     match WeightedIndex::new(&weights) {
         Ok(dist) => dist.sample(rng) as u32,

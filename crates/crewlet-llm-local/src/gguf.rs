@@ -105,7 +105,9 @@ impl GgufFile {
 
     pub fn float(&self, key: &str) -> Option<f32> {
         let v = self.metadata().get(key)?;
-        v.to_f32().ok().or_else(|| v.to_f64().ok().map(|f| f as f32))
+        v.to_f32()
+            .ok()
+            .or_else(|| v.to_f64().ok().map(|f| f as f32))
     }
 
     pub(crate) fn required_uint(&self, key: &str) -> Result<usize, LocalModelError> {

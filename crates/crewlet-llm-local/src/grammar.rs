@@ -38,7 +38,8 @@ impl AnswerShape {
             ToolChoice::Auto => AnswerShape::TextOrCalls(tools.to_vec()),
             ToolChoice::Required => AnswerShape::CallsOnly(tools.to_vec()),
             ToolChoice::Tool(name) => {
-                let one: Vec<ToolSpec> = tools.iter().filter(|t| &t.name == name).cloned().collect();
+                let one: Vec<ToolSpec> =
+                    tools.iter().filter(|t| &t.name == name).cloned().collect();
                 if one.is_empty() {
                     AnswerShape::CallsOnly(tools.to_vec())
                 } else {
@@ -63,7 +64,11 @@ impl AnswerShape {
             AnswerShape::CallsOnly(t) => (t, false),
         };
         let schema = call_schema(tools);
-        let start = if text { "start: TEXT | calls" } else { "start: calls" };
+        let start = if text {
+            "start: TEXT | calls"
+        } else {
+            "start: calls"
+        };
         // One call per answer: small models repeat a call until the token
         // cap cuts it; the tool loop asks again for the next one.
         let lark = format!(
@@ -131,7 +136,11 @@ pub fn bounded(schema: &Value) -> Value {
                 out.insert(k.clone(), v);
             }
             let types = type_names(map.get("type"));
-            if types.contains(&"string") && !out.contains_key("maxLength") && !out.contains_key("enum") && !out.contains_key("const") {
+            if types.contains(&"string")
+                && !out.contains_key("maxLength")
+                && !out.contains_key("enum")
+                && !out.contains_key("const")
+            {
                 out.insert("maxLength".into(), json!(STRING_CAP));
             }
             if types.contains(&"array") && !out.contains_key("maxItems") {
@@ -203,8 +212,14 @@ mod tests {
     #[test]
     fn shapes_follow_the_tool_choice() {
         let tools = vec![tool("a"), tool("b")];
-        assert_eq!(AnswerShape::of(&tools, &ToolChoice::None), AnswerShape::Text);
-        assert_eq!(AnswerShape::of(&[], &ToolChoice::Required), AnswerShape::Text);
+        assert_eq!(
+            AnswerShape::of(&tools, &ToolChoice::None),
+            AnswerShape::Text
+        );
+        assert_eq!(
+            AnswerShape::of(&[], &ToolChoice::Required),
+            AnswerShape::Text
+        );
         assert_eq!(
             AnswerShape::of(&tools, &ToolChoice::Tool("b".into())).tools()[0].name,
             "b"
@@ -225,7 +240,10 @@ mod tests {
         assert_eq!(s["properties"]["s"]["maxLength"], json!(STRING_CAP));
         assert!(s["properties"]["e"].get("maxLength").is_none());
         assert_eq!(s["properties"]["l"]["maxItems"], json!(ARRAY_CAP));
-        assert_eq!(s["properties"]["l"]["items"]["maxLength"], json!(STRING_CAP));
+        assert_eq!(
+            s["properties"]["l"]["items"]["maxLength"],
+            json!(STRING_CAP)
+        );
     }
 
     #[test]

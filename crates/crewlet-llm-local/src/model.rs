@@ -171,7 +171,10 @@ impl Weights {
             let p = format!("blk.{i}");
             let q = |t: candle_core::quantized::QTensor| Linear::from_qtensor(t);
             layers.push(Layer {
-                attn_norm: RmsNorm::from_qtensor(tensor(&format!("{p}.attn_norm.weight"))?, rms_eps)?,
+                attn_norm: RmsNorm::from_qtensor(
+                    tensor(&format!("{p}.attn_norm.weight"))?,
+                    rms_eps,
+                )?,
                 wq: q(tensor(&format!("{p}.attn_q.weight"))?)?,
                 wk: q(tensor(&format!("{p}.attn_k.weight"))?)?,
                 wv: q(tensor(&format!("{p}.attn_v.weight"))?)?,
@@ -196,7 +199,11 @@ impl Weights {
 
     /// Runs `tokens` at positions `cache.len()..`, appending them to the
     /// cache, and answers the logits after the last one.
-    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, LocalModelError> {
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<f32>, LocalModelError> {
         if tokens.is_empty() {
             return Err(LocalModelError::Runtime("no tokens to run".into()));
         }
@@ -285,7 +292,10 @@ impl Weights {
         cache.len = kv_len;
         let last = x.narrow(1, seq - 1, 1)?;
         let last = self.norm.forward(&last)?;
-        self.output.forward(&last)?.flatten_all()?.to_dtype(DType::F32)
+        self.output
+            .forward(&last)?
+            .flatten_all()?
+            .to_dtype(DType::F32)
     }
 }
 
@@ -340,13 +350,22 @@ fn ensure_capacity(cache: &mut KvCache, h: &Hyper, needed: usize) -> candle_core
 
 /// The additive causal mask of `seq` new tokens at `pos..` over `pos + seq`
 /// keys, repeated for the `n_rep` heads stacked on the query axis.
-fn causal_mask(seq: usize, pos: usize, n_rep: usize, device: &Device) -> candle_core::Result<Tensor> {
+fn causal_mask(
+    seq: usize,
+    pos: usize,
+    n_rep: usize,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
     let kv_len = pos + seq;
     let mut data = Vec::with_capacity(n_rep * seq * kv_len);
     for _ in 0..n_rep {
         for i in 0..seq {
             for j in 0..kv_len {
-                data.push(if j <= pos + i { 0.0f32 } else { f32::NEG_INFINITY });
+                data.push(if j <= pos + i {
+                    0.0f32
+                } else {
+                    f32::NEG_INFINITY
+                });
             }
         }
     }

@@ -82,7 +82,9 @@ fn tools_section(shape: &AnswerShape, choice: &ToolChoice) -> Option<String> {
     if tools.is_empty() {
         return None;
     }
-    let mut s = String::from("# Tools\n\nYou may call these tools. Each line is one tool as JSON:\n<tools>\n");
+    let mut s = String::from(
+        "# Tools\n\nYou may call these tools. Each line is one tool as JSON:\n<tools>\n",
+    );
     for t in tools {
         let line = serde_json::json!({
             "name": t.name,
@@ -119,7 +121,10 @@ mod tests {
             parameters: serde_json::json!({"type": "object"}),
         }];
         let request = CompletionRequest {
-            system: vec![SystemBlock::stable("You are the CEO."), SystemBlock::volatile("Today.")],
+            system: vec![
+                SystemBlock::stable("You are the CEO."),
+                SystemBlock::volatile("Today."),
+            ],
             messages: vec![
                 Message::user("go"),
                 Message::assistant(

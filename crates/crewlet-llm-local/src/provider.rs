@@ -131,7 +131,10 @@ impl LlmProvider for LocalProvider {
                 .max_tokens
                 .or(self.settings.max_tokens)
                 .unwrap_or(DEFAULT_MAX_TOKENS) as usize,
-            temperature: request.temperature.or(self.settings.temperature).unwrap_or(0.0),
+            temperature: request
+                .temperature
+                .or(self.settings.temperature)
+                .unwrap_or(0.0),
         };
         let permit = self
             .gate
@@ -157,7 +160,8 @@ impl LlmProvider for LocalProvider {
                     // Hold text back until it cannot be the start of a call.
                     held.push_str(piece);
                     let lead = held.trim_start();
-                    if lead.is_empty() || CALL_OPEN.starts_with(lead) || lead.starts_with(CALL_OPEN) {
+                    if lead.is_empty() || CALL_OPEN.starts_with(lead) || lead.starts_with(CALL_OPEN)
+                    {
                         return ControlFlow::Continue(());
                     }
                     is_text = true;
@@ -174,7 +178,11 @@ impl LlmProvider for LocalProvider {
                         output_tokens: g.output_tokens as u64,
                         cache_read_tokens: g.cached_tokens as u64,
                     };
-                    let calls = if has_calls { parse_calls(&g.text) } else { None };
+                    let calls = if has_calls {
+                        parse_calls(&g.text)
+                    } else {
+                        None
+                    };
                     let (content, tool_calls) = match calls {
                         Some(calls) => {
                             let calls: Vec<ToolCall> = calls
@@ -201,7 +209,8 @@ impl LlmProvider for LocalProvider {
                         }
                         None => {
                             if !held.is_empty() {
-                                let _ = send(&tx, StreamEvent::TextDelta(std::mem::take(&mut held)));
+                                let _ =
+                                    send(&tx, StreamEvent::TextDelta(std::mem::take(&mut held)));
                             }
                             (g.text.trim().to_owned(), Vec::new())
                         }
@@ -225,10 +234,7 @@ impl LlmProvider for LocalProvider {
     }
 }
 
-fn send(
-    tx: &mpsc::Sender<Result<StreamEvent, LlmError>>,
-    event: StreamEvent,
-) -> ControlFlow<()> {
+fn send(tx: &mpsc::Sender<Result<StreamEvent, LlmError>>, event: StreamEvent) -> ControlFlow<()> {
     match tx.blocking_send(Ok(event)) {
         Ok(()) => ControlFlow::Continue(()),
         Err(_) => ControlFlow::Break(()),

@@ -54,8 +54,18 @@ impl Linear {
             return Ok(Linear::Other(QMatMul::from_qtensor(q)?));
         }
         match q.dtype() {
-            GgmlDType::Q4_1 => Ok(Linear::Q4_1(Blocks::<16>::read(&q.data()?, rows, cols, true)?)),
-            GgmlDType::Q8_0 => Ok(Linear::Q8_0(Blocks::<32>::read(&q.data()?, rows, cols, false)?)),
+            GgmlDType::Q4_1 => Ok(Linear::Q4_1(Blocks::<16>::read(
+                &q.data()?,
+                rows,
+                cols,
+                true,
+            )?)),
+            GgmlDType::Q8_0 => Ok(Linear::Q8_0(Blocks::<32>::read(
+                &q.data()?,
+                rows,
+                cols,
+                false,
+            )?)),
             _ => Ok(Linear::Other(QMatMul::from_qtensor(q)?)),
         }
     }
@@ -377,7 +387,8 @@ mod tests {
         // Two rows of 64 values.
         let mut data = Vec::new();
         for r in 0..4u8 {
-            let codes: [u8; 16] = std::array::from_fn(|j| ((j as u8 * 7 + r) % 16) | (((j as u8 + r) % 16) << 4));
+            let codes: [u8; 16] =
+                std::array::from_fn(|j| ((j as u8 * 7 + r) % 16) | (((j as u8 + r) % 16) << 4));
             data.extend(q4_1_block(0.25 + f32::from(r) * 0.1, -1.0, codes));
         }
         let w = Blocks::<16>::read(&data, 2, 64, true).unwrap();
@@ -386,7 +397,10 @@ mod tests {
         for r in 0..2 {
             let exact: f32 = w.row_q4_1(r).iter().zip(&x).map(|(w, x)| w * x).sum();
             let got = w.dot_q4_1(r, &a);
-            assert!((got - exact).abs() < 0.05 * exact.abs().max(1.0), "row {r}: {got} vs {exact}");
+            assert!(
+                (got - exact).abs() < 0.05 * exact.abs().max(1.0),
+                "row {r}: {got} vs {exact}"
+            );
         }
     }
 
@@ -403,6 +417,9 @@ mod tests {
         let x: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.11).cos()).collect();
         let exact: f32 = w.row_q8_0(0).iter().zip(&x).map(|(w, x)| w * x).sum();
         let got = w.dot_q8_0(0, &quantize_row(&x));
-        assert!((got - exact).abs() < 0.02 * exact.abs().max(1.0), "{got} vs {exact}");
+        assert!(
+            (got - exact).abs() < 0.02 * exact.abs().max(1.0),
+            "{got} vs {exact}"
+        );
     }
 }

@@ -26,7 +26,9 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("own", &self.own).finish()
+        f.debug_struct("ChatTemplate")
+            .field("own", &self.own)
+            .finish()
     }
 }
 
@@ -102,7 +104,10 @@ mod tests {
                 content: "hi".into(),
             }])
             .unwrap();
-        assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
         assert!(!t.own);
     }
 
@@ -116,6 +121,9 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(err.contains("/m/x.gguf") && err.contains("no system role"), "{err}");
+        assert!(
+            err.contains("/m/x.gguf") && err.contains("no system role"),
+            "{err}"
+        );
     }
 }

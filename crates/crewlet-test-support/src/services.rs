@@ -387,8 +387,10 @@ mod tests {
 /// elsewhere, like the services. `crewlet models pull smollm2-135m-instruct`
 /// or `cargo xtask services up --only model` fetches it.
 pub fn require_local_model() -> Option<std::path::PathBuf> {
-    let file = cached_embed_model_dir()
-        .and_then(|d| d.parent().map(|p| p.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")));
+    let file = cached_embed_model_dir().and_then(|d| {
+        d.parent()
+            .map(|p| p.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    });
     if let Some(file) = file.filter(|f| f.is_file()) {
         return Some(file);
     }

@@ -77,6 +77,8 @@ benches! {
     Fleet => fleet,
     /// Code sandbox (local: bubblewrap + cgroups): start to first command p50/p99, 20 concurrent boxes on this machine (wall, failures, memory).
     Sandbox => sandbox,
+    /// Local model (SmolLM2-135M in process, release) beside llama-server on the same GGUF: prompt and generated tokens/s, time to first token on a 2,000-token prompt, RSS of the loaded model, constrained decoding's cost per token.
+    LocalModel => local_model,
 }
 
 /// `cargo build --release -p <package>` in the workspace root.

@@ -540,7 +540,11 @@ mod tests {
         ] {
             p.apply(&e);
         }
-        let model = p.seats.get("eng").and_then(|s| s.turn.as_ref()).and_then(|t| t.model.clone());
+        let model = p
+            .seats
+            .get("eng")
+            .and_then(|s| s.turn.as_ref())
+            .and_then(|t| t.model.clone());
         assert_eq!(model.as_deref(), Some("smollm2-135m-instruct"));
     }
 

@@ -225,12 +225,7 @@ fn units_preorder(list: &[Unit]) -> Vec<&Unit> {
 }
 
 /// The keys only a `type: local` entry takes, and the ones it cannot use.
-fn local_provider(
-    name: &str,
-    p: &crate::LlmProvider,
-    at: &YamlPath,
-    out: &mut Vec<Finding>,
-) {
+fn local_provider(name: &str, p: &crate::LlmProvider, at: &YamlPath, out: &mut Vec<Finding>) {
     if p.kind != LlmKind::Local {
         for (key, set) in [("path", p.path.is_some()), ("local", p.local.is_some())] {
             if set {
