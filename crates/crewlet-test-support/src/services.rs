@@ -355,6 +355,26 @@ macro_rules! require {
     };
 }
 
+/// The local chat model's GGUF (SmolLM2-135M-Instruct) in the model cache,
+/// if it is there; otherwise panics under CI and returns `None` (skip)
+/// elsewhere, like the services. `crewlet models pull smollm2-135m-instruct`
+/// or `cargo xtask services up --only model` fetches it.
+pub fn require_local_model() -> Option<std::path::PathBuf> {
+    let file = cached_embed_model_dir().and_then(|d| {
+        d.parent()
+            .map(|p| p.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    });
+    if let Some(file) = file.filter(|f| f.is_file()) {
+        return Some(file);
+    }
+    let msg = "the local model SmolLM2-135M-Instruct is not in the model cache; fetch it with `crewlet models pull smollm2-135m-instruct` or `cargo xtask services up --only model`";
+    if in_ci() {
+        panic!("{msg} (CI=true: a missing service is a failure)");
+    }
+    skip(msg);
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,24 +400,4 @@ mod tests {
         // Port 1 on loopback is never served in these environments.
         assert!(!reachable("postgres://127.0.0.1:1/db"));
     }
-}
-
-/// The local chat model's GGUF (SmolLM2-135M-Instruct) in the model cache,
-/// if it is there; otherwise panics under CI and returns `None` (skip)
-/// elsewhere, like the services. `crewlet models pull smollm2-135m-instruct`
-/// or `cargo xtask services up --only model` fetches it.
-pub fn require_local_model() -> Option<std::path::PathBuf> {
-    let file = cached_embed_model_dir().and_then(|d| {
-        d.parent()
-            .map(|p| p.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    });
-    if let Some(file) = file.filter(|f| f.is_file()) {
-        return Some(file);
-    }
-    let msg = "the local model SmolLM2-135M-Instruct is not in the model cache; fetch it with `crewlet models pull smollm2-135m-instruct` or `cargo xtask services up --only model`";
-    if in_ci() {
-        panic!("{msg} (CI=true: a missing service is a failure)");
-    }
-    skip(msg);
-    None
 }
