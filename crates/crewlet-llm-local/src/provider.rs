@@ -60,7 +60,7 @@ impl LocalProvider {
         &self.model
     }
 
-    /// Generations waiting for their turn right now.
+    /// Places taken by generations running right now.
     pub fn queued(&self) -> usize {
         self.settings
             .max_concurrent
@@ -149,7 +149,6 @@ impl LlmProvider for LocalProvider {
         let provider = self.settings.name.clone();
         let has_calls = !shape.tools().is_empty();
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
             let mut held = String::new();
             let mut is_text = !has_calls;
             let result = model.generate(&tokens, matcher, &options, |piece| {
@@ -170,6 +169,9 @@ impl LlmProvider for LocalProvider {
                 }
                 send(&tx, StreamEvent::TextDelta(piece.to_owned()))
             });
+            // The place frees before the answer is handed over: whoever
+            // reads the answer may call again at once.
+            drop(permit);
             let event = match result {
                 Ok(g) if g.stop == StopReason::Cancelled => return,
                 Ok(g) => {
