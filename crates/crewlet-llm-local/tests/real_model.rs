@@ -231,6 +231,25 @@ async fn a_named_tool_is_the_one_called_with_valid_arguments() {
 }
 
 #[tokio::test]
+async fn a_call_longer_than_max_tokens_is_finished_not_cut() {
+    let Some(model) = shared() else { return };
+    let offered = [file_ticket()];
+    // No call fits in 8 tokens: the one begun runs on to its end.
+    let mut r = request(
+        "You are the support lead. Track every problem you hear about.",
+        TICKET_PROMPTS[2],
+        8,
+    );
+    r.tools = offered.to_vec();
+    r.tool_choice = ToolChoice::Required;
+    let provider = provider(model, 1);
+    let completion = provider.complete(&r).await.expect("an answer");
+    assert!(completion.usage.output_tokens > 8, "{:?}", completion.usage);
+    let calls = valid_calls(&completion, &offered);
+    assert_eq!(calls.len(), 1, "{completion:?}");
+}
+
+#[tokio::test]
 async fn plans_parse_every_time() {
     let Some(model) = shared() else { return };
     let spec = submit_plan_spec();

@@ -92,6 +92,7 @@ pub fn run(args: Args) -> Result<()> {
         Err(why) => println!("bench: llama-server is not measured: {why}"),
     }
     println!("bench: {described}");
+    println!("bench: load average before: {}", load_average());
     cmd::run(&mut cargo).context("the local model bench failed")?;
     report(&read_json(&figures_path)?, &args);
     Ok(())
@@ -118,6 +119,16 @@ fn server() -> Result<(String, String, Option<u32>)> {
         .ok()
         .and_then(|p| p.trim().parse().ok());
     Ok((url, key, pid))
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn read_json(path: &Path) -> Result<Value> {
@@ -161,7 +172,6 @@ fn mib(kib: Option<f64>) -> String {
 fn report(figures: &Value, args: &Args) {
     let ours = &figures["ours"];
     let server = &figures["server"];
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!();
     println!(
         "local model: {} ({} bytes), {} threads, loaded in {:.0} ms; {} runs per engine, by turns; load average after: {}",
@@ -170,10 +180,7 @@ fn report(figures: &Value, args: &Args) {
         figures["threads"],
         num(&figures["load_ms"]).unwrap_or(0.0),
         args.runs,
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        load_average()
     );
     println!();
     println!(
