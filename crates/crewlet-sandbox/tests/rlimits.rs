@@ -233,3 +233,56 @@ async fn a_paused_box_stops_every_process_and_can_still_be_killed() {
     sb.kill(&id).await.expect("kill");
     assert!(!sb.list().await.expect("list").contains(&id));
 }
+
+/// Pausing right after a start catches the box while bwrap and the shells
+/// are still forking: a child forked in the moment between listing the
+/// processes and stopping its parent must be stopped too. Repeated, since
+/// the moment is narrow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_right_after_start_stops_what_is_still_being_forked() {
+    let Some(sb) = rlimited(600).await else {
+        return;
+    };
+    let id = sb
+        .create(&spec(Limits {
+            memory_mb: Some(256),
+            pids: Some(64),
+            cpus: Some(1.0),
+        }))
+        .await
+        .expect("create");
+    for round in 0..30 {
+        let flag = format!("go{round}");
+        let run = sb
+            .start(
+                &id,
+                &Exec::shell(format!(
+                    "while [ ! -f {flag} ]; do /bin/true; done; echo finished"
+                )),
+            )
+            .await
+            .expect("start");
+        sb.pause(&id).await.expect("pause");
+        sb.write_file(&id, &flag, b"").await.expect("flag");
+        // Slowness can only make this pass: a stopped run cannot finish.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let state = sb.poll(&id, &run).await.expect("poll");
+        assert_eq!(
+            state,
+            RunState::Running,
+            "round {round}: the paused run moved on"
+        );
+        sb.resume(&id).await.expect("resume");
+        let mut done = false;
+        for _ in 0..3000 {
+            if let RunState::Exited { code } = sb.poll(&id, &run).await.expect("poll") {
+                assert_eq!(code, 0, "round {round}");
+                done = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(done, "round {round}: the resumed run did not finish");
+    }
+    sb.kill(&id).await.expect("kill");
+}

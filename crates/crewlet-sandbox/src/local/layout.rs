@@ -32,6 +32,11 @@ pub(crate) struct BoxMeta {
 pub(crate) struct RunMeta {
     /// Process group of the run's launcher on the host.
     pub pgid: i32,
+    /// The launcher's start time (`/proc/<pid>/stat`), which tells it from
+    /// a later process with the same pid. Runs recorded before it was kept
+    /// are recognised by their command line instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ticks: Option<u64>,
     pub started_at: chrono::DateTime<chrono::Utc>,
 }
 

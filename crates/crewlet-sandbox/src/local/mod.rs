@@ -112,8 +112,8 @@ impl LocalSandbox {
             .run_ids()
             .iter()
             .filter_map(|r| dir.load_run(r).ok().flatten())
+            .filter(|r| r.pgid > 1 && is_launcher(r, dir))
             .map(|r| r.pgid)
-            .filter(|pgid| *pgid > 1 && process::cmdline_mentions(*pgid, &dir.root))
             .collect();
         if let Some(fg) = self.foreground.lock().get(id) {
             roots.extend(fg.iter().copied());
@@ -220,6 +220,18 @@ impl Drop for Foreground<'_> {
 /// rest as a child and exits with its status. Not `exec`: the launcher stays
 /// bwrap's parent.
 const LAUNCHER: &str = r#"while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; "$@"; exit $?"#;
+
+/// True while the run's launcher lives. Its start time names it; a run
+/// recorded without one is named by its command line, which holds the box's
+/// directory. (The command line cannot be the only test: right after the
+/// spawn returns, the launcher may still be inside `execve` with an empty
+/// one.)
+fn is_launcher(run: &RunMeta, dir: &BoxDir) -> bool {
+    match run.start_ticks {
+        Some(ticks) => process::stat(run.pgid).is_some_and(|s| s.start_ticks == ticks),
+        None => process::cmdline_mentions(run.pgid, &dir.root),
+    }
+}
 
 /// The in-box wrapper of a detached run: the command's output and exit code
 /// into the run's directory (the exit code written last, atomically).
@@ -417,6 +429,7 @@ impl Sandbox for LocalSandbox {
             &run,
             &RunMeta {
                 pgid,
+                start_ticks: process::stat(pgid).map(|s| s.start_ticks),
                 started_at: chrono::Utc::now(),
             },
         )?;

@@ -58,12 +58,34 @@ pub(crate) fn cmdline_mentions(pid: i32, path: &std::path::Path) -> bool {
     !needle.is_empty() && cmdline.windows(needle.len()).any(|w| w == needle)
 }
 
+/// True when a SIGSTOP waits for `pid` (its own or its thread group's
+/// pending set, `/proc/<pid>/status`): the process runs none of its own code
+/// again before it stops. A process can hold one for as long as it stays in
+/// the kernel, as a `vfork` parent does while its child, stopped before its
+/// `exec`, keeps it waiting.
+pub(crate) fn stop_pending(pid: i32) -> bool {
+    const SIGSTOP_BIT: u64 = 1 << (libc::SIGSTOP - 1);
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status.lines().any(|line| {
+        let mask = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & SIGSTOP_BIT != 0)
+    })
+}
+
 /// What the engine reads of a process's `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Stat {
     pub state: char,
     pub ppid: i32,
     pub pgrp: i32,
+    /// When the process started, in clock ticks after boot: with the pid,
+    /// it names one process, never a later one that reuses the pid.
+    pub start_ticks: u64,
 }
 
 pub(crate) fn stat(pid: i32) -> Option<Stat> {
@@ -74,7 +96,14 @@ pub(crate) fn stat(pid: i32) -> Option<Stat> {
     let state = f.next()?.chars().next()?;
     let ppid = f.next()?.parse().ok()?;
     let pgrp = f.next()?.parse().ok()?;
-    Some(Stat { state, ppid, pgrp })
+    // `starttime` is the 22nd field; `pgrp`, just read, was the 5th.
+    let start_ticks = f.nth(16)?.parse().ok()?;
+    Some(Stat {
+        state,
+        ppid,
+        pgrp,
+        start_ticks,
+    })
 }
 
 /// `roots` and every living process descended from them, with its state.
@@ -130,5 +159,50 @@ mod tests {
         assert!(group_alive(pgid));
         assert!(!group_alive(i32::MAX - 7));
         assert!(!group_alive(0));
+    }
+
+    #[test]
+    fn a_start_time_names_one_process() {
+        let own = stat(std::process::id() as i32).expect("own stat");
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("spawn");
+        let pid = child.id() as i32;
+        let theirs = stat(pid).expect("child stat");
+        assert_eq!(theirs.ppid, std::process::id() as i32);
+        // A child starts after its parent, and its start time stays put.
+        assert!(theirs.start_ticks >= own.start_ticks, "{theirs:?} {own:?}");
+        assert_eq!(stat(pid).map(|s| s.start_ticks), Some(theirs.start_ticks));
+        let mut child = child;
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        assert!(stat(pid).is_none());
+    }
+
+    #[test]
+    fn a_stop_that_waits_is_seen() {
+        assert!(!stop_pending(std::process::id() as i32));
+        assert!(!stop_pending(i32::MAX - 7));
+        // A stopped process does not take a second SIGSTOP off its queue:
+        // it waits there, and a SIGCONT discards it.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn");
+        let pid = child.id() as i32;
+        signal(pid, libc::SIGSTOP);
+        let stopped = (0..2000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            stat(pid).is_some_and(|s| s.state == 'T')
+        });
+        assert!(stopped, "the child did not stop");
+        assert!(!stop_pending(pid), "the first SIGSTOP was taken");
+        signal(pid, libc::SIGSTOP);
+        assert!(stop_pending(pid), "the second SIGSTOP waits");
+        signal(pid, libc::SIGCONT);
+        assert!(!stop_pending(pid), "SIGCONT discards it");
+        child.kill().expect("kill");
+        child.wait().expect("wait");
     }
 }

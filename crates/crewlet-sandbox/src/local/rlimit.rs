@@ -46,26 +46,48 @@ pub(crate) fn wrap(limits: &Limits, cpu_seconds: u64, argv: &[String]) -> Vec<St
 }
 
 /// Stops every process descended from `roots` (the box's launchers) and
-/// waits until each is stopped: a process forked between the listing and
-/// the signal is caught in the next round, and a stopped one cannot fork.
+/// waits until each is stopped. A listing is not atomic: a parent can finish
+/// a fork after `/proc` was read and before its own stop shows, so its child
+/// is in no listing yet and runs on. The stop counts as done only when two
+/// listings in a row hold the same processes, all stopped: a stopped process
+/// cannot fork, so whatever was forked before the first of them is in the
+/// second (or, its parent gone, under the box's init, which is listed too).
+/// A process that holds a SIGSTOP it has not yet taken counts as stopped:
+/// it runs none of its own code before it takes it, and it may hold it for
+/// good (a shell's `vfork` parent waits in the kernel for a child that was
+/// stopped before its `exec`).
 pub(crate) async fn stop(roots: &[i32]) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut stopped_before: Option<Vec<i32>> = None;
     loop {
-        let running: Vec<i32> = process::tree(roots)
-            .into_iter()
-            .filter(|(_, state)| !matches!(state, 'T' | 't'))
-            .map(|(pid, _)| pid)
+        let listed = process::tree(roots);
+        let running: Vec<(i32, char)> = listed
+            .iter()
+            .filter(|&&(pid, state)| !matches!(state, 'T' | 't') && !process::stop_pending(pid))
+            .copied()
             .collect();
         if running.is_empty() {
-            return Ok(());
+            let mut all: Vec<i32> = listed.into_iter().map(|(pid, _)| pid).collect();
+            all.sort_unstable();
+            if stopped_before.as_ref() == Some(&all) {
+                return Ok(());
+            }
+            stopped_before = Some(all);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
         }
+        stopped_before = None;
         if tokio::time::Instant::now() >= deadline {
+            let named: Vec<String> = running
+                .iter()
+                .map(|(pid, state)| format!("{pid} ({state})"))
+                .collect();
             return Err(SandboxError::Api(format!(
-                "{} processes of the box did not stop within 60 s",
-                running.len()
+                "processes of the box did not stop within 60 s: {}",
+                named.join(", ")
             )));
         }
-        for pid in running {
+        for (pid, _) in running {
             process::signal(pid, libc::SIGSTOP);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
