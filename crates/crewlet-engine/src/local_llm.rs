@@ -35,6 +35,7 @@ pub(crate) fn local_provider(
         max_tokens: entry.max_tokens,
         temperature: entry.temperature.map(|t| t as f32),
         max_concurrent: run.max_concurrent.max(1) as usize,
+        decide_at_once: run.decide_at_once,
     };
     Ok(Arc::new(LocalProvider::new(settings, model)))
 }

@@ -35,6 +35,9 @@ pub struct LocalSettings {
     /// 0: always the most likely token (the default: reproducible answers).
     pub temperature: Option<f32>,
     pub max_concurrent: usize,
+    /// Plan and Review ask for their decision call at once
+    /// ([`LlmProvider::decides_at_once`]).
+    pub decide_at_once: bool,
 }
 
 /// A model in this process behind the provider trait.
@@ -90,6 +93,10 @@ impl LlmProvider for LocalProvider {
 
     fn max_tokens(&self) -> Option<u32> {
         Some(self.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS))
+    }
+
+    fn decides_at_once(&self) -> bool {
+        self.settings.decide_at_once
     }
 
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {

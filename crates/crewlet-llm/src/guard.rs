@@ -287,6 +287,10 @@ impl LlmProvider for GuardedProvider {
         self.inner.max_tokens()
     }
 
+    fn decides_at_once(&self) -> bool {
+        self.inner.decides_at_once()
+    }
+
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         let g = &self.guard;
         let estimate = self.estimate(request);

@@ -29,6 +29,14 @@ pub trait LlmProvider: Send + Sync {
         None
     }
 
+    /// True for a model whose free text before a decision is noise (a small
+    /// model in this process): Plan and Review then ask it for the phase's
+    /// decision call at once, over that one tool, rather than offering the
+    /// read-only tools and free text first.
+    fn decides_at_once(&self) -> bool {
+        false
+    }
+
     /// One call, answered whole.
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError>;
 

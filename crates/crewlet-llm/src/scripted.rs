@@ -17,6 +17,7 @@ pub struct ScriptedProvider {
     model: String,
     responder: Arc<Responder>,
     calls: AtomicU64,
+    decides_at_once: bool,
 }
 
 impl ScriptedProvider {
@@ -29,7 +30,16 @@ impl ScriptedProvider {
             model: model.into(),
             responder: Arc::new(responder),
             calls: AtomicU64::new(0),
+            decides_at_once: false,
         }
+    }
+
+    /// Declares itself a model that decides at once
+    /// ([`LlmProvider::decides_at_once`]), as the local provider does.
+    #[must_use]
+    pub fn deciding_at_once(mut self) -> Self {
+        self.decides_at_once = true;
+        self
     }
 
     /// How many calls it has answered (or failed).
@@ -55,6 +65,10 @@ impl LlmProvider for ScriptedProvider {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    fn decides_at_once(&self) -> bool {
+        self.decides_at_once
     }
 
     async fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {

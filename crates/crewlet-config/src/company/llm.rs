@@ -116,6 +116,12 @@ pub struct LocalRun {
     #[serde(default = "default_local_cached")]
     #[schemars(range(min = 1, max = 64))]
     pub cached_conversations: u32,
+    /// Plan and Review ask the model for their decision call at once, with
+    /// no free text and no look-ups first: a small model's text before a
+    /// decision is noise that costs seconds. `false` gives a larger local
+    /// model the same read-only tools the hosted ones get.
+    #[serde(default = "default_true")]
+    pub decide_at_once: bool,
 }
 
 impl Default for LocalRun {
@@ -124,6 +130,7 @@ impl Default for LocalRun {
             max_concurrent: default_local_concurrency(),
             context_tokens: None,
             cached_conversations: default_local_cached(),
+            decide_at_once: true,
         }
     }
 }
@@ -134,6 +141,10 @@ fn default_local_concurrency() -> u32 {
 
 fn default_local_cached() -> u32 {
     4
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// OpenAI reasoning effort.

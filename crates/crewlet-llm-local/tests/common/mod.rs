@@ -52,6 +52,7 @@ pub fn provider(model: Arc<LocalModel>, max_concurrent: usize) -> LocalProvider 
             max_tokens: None,
             temperature: Some(0.0),
             max_concurrent,
+            decide_at_once: true,
         },
         model,
     )

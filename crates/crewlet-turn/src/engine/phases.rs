@@ -299,7 +299,9 @@ impl TurnEngine {
     /// Runs a decision loop (Plan, Review), then up to `rescue_rounds` rounds
     /// that offer only the decision tool `tool` with `tool_choice:
     /// required`. The decision its terminator parsed; `None` when the model
-    /// never called it with valid arguments.
+    /// never called it with valid arguments. A provider that
+    /// [decides at once](LlmProvider::decides_at_once) skips the loop: its
+    /// first round is already one that offers only the decision tool.
     async fn decide<D: Clone>(
         &self,
         env: &LoopEnv<'_>,
@@ -309,26 +311,31 @@ impl TurnEngine {
     ) -> Result<Option<D>, TurnError> {
         let system = request.system.clone();
         let terminators = request.terminators.clone();
-        let mut outcome = run_tool_loop(env, request, stats).await?;
+        let decision_only = |messages: Vec<Message>| LoopRequest {
+            system: system.clone(),
+            messages,
+            tools: ToolSelection::None,
+            slim_tools: false,
+            terminators: terminators.clone(),
+            tool_choice: ToolChoice::Required,
+            meta: MetaTools::NONE,
+            round_cap: 1,
+            grace_round: false,
+            require_first_call: false,
+        };
+        let first = if env.provider.decides_at_once() {
+            decision_only(request.messages)
+        } else {
+            request
+        };
+        let mut outcome = run_tool_loop(env, first, stats).await?;
         for _ in 0..self.settings.rescue_rounds {
             if let Some(decision) = outcome.decision {
                 return Ok(Some(decision));
             }
             let mut messages = outcome.messages;
             messages.push(Message::user(prompts::rescue(tool)));
-            let rescue = LoopRequest {
-                system: system.clone(),
-                messages,
-                tools: ToolSelection::None,
-                slim_tools: false,
-                terminators: terminators.clone(),
-                tool_choice: ToolChoice::Required,
-                meta: MetaTools::NONE,
-                round_cap: 1,
-                grace_round: false,
-                require_first_call: false,
-            };
-            outcome = run_tool_loop(env, rescue, stats).await?;
+            outcome = run_tool_loop(env, decision_only(messages), stats).await?;
         }
         Ok(outcome.decision)
     }
