@@ -242,24 +242,19 @@ impl Weights {
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
             let residual = x.clone();
             let xs = layer.attn_norm.forward(&x)?;
-            let q = layer
-                .wq
-                .forward(&xs)?
-                .reshape((1, seq, h.n_head, h.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let k = layer
-                .wk
-                .forward(&xs)?
-                .reshape((1, seq, h.n_kv_head, h.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let v = layer
-                .wv
-                .forward(&xs)?
-                .reshape((1, seq, h.n_kv_head, h.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
+            let (q, k, v) = (
+                layer.wq.forward(&xs)?,
+                layer.wk.forward(&xs)?,
+                layer.wv.forward(&xs)?,
+            );
+            let heads = |t: Tensor, n: usize| {
+                t.reshape((1, seq, n, h.head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let q = heads(q, h.n_head)?;
+            let k = heads(k, h.n_kv_head)?;
+            let v = heads(v, h.n_kv_head)?;
             let q = candle_nn::rotary_emb::rope_i(&q, &cos, &sin)?;
             let k = candle_nn::rotary_emb::rope_i(&k, &cos, &sin)?;
             let Some((k_all, v_all)) = slot.as_ref() else {
@@ -267,21 +262,25 @@ impl Weights {
             };
             k_all.slice_set(&k, 2, pos)?;
             v_all.slice_set(&v, 2, pos)?;
-            let keys = k_all.narrow(2, 0, kv_len)?;
-            let values = v_all.narrow(2, 0, kv_len)?;
-            // Grouped-query attention without copying keys: the heads that
-            // share a key/value head are stacked along the query axis.
-            let q = q.reshape((1, h.n_kv_head, n_rep * seq, h.head_dim))?;
-            let mut att = (q.matmul(&keys.t()?)? * scale)?;
-            if let Some(mask) = &mask {
-                att = att.broadcast_add(mask)?;
-            }
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att
-                .matmul(&values)?
-                .reshape((1, h.n_head, seq, h.head_dim))?
-                .transpose(1, 2)?
-                .reshape((1, seq, h.n_embd))?;
+            let y = if seq == 1 {
+                one_query_attention(h, &q, k_all, v_all, kv_len)?
+            } else {
+                let keys = k_all.narrow(2, 0, kv_len)?;
+                let values = v_all.narrow(2, 0, kv_len)?;
+                // Grouped-query attention without copying keys: the heads
+                // that share a key/value head are stacked along the query
+                // axis.
+                let q = q.reshape((1, h.n_kv_head, n_rep * seq, h.head_dim))?;
+                let mut att = (q.matmul(&keys.t()?)? * scale)?;
+                if let Some(mask) = &mask {
+                    att = att.broadcast_add(mask)?;
+                }
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                att.matmul(&values)?
+                    .reshape((1, h.n_head, seq, h.head_dim))?
+                    .transpose(1, 2)?
+                    .reshape((1, seq, h.n_embd))?
+            };
             x = (layer.wo.forward(&y)? + residual)?;
             let residual = x.clone();
             let xs = layer.ffn_norm.forward(&x)?;
@@ -320,6 +319,85 @@ impl Weights {
             }
         }
     }
+}
+
+/// Attention of one new token (`q`: `(1, heads, 1, head_dim)`) over the
+/// cache's first `kv_len` positions, on the cache's own memory: a token at a
+/// time needs no matrix product, and candle's would cost more in set-up than
+/// in arithmetic. The heads run in parallel.
+fn one_query_attention(
+    h: &Hyper,
+    q: &Tensor,
+    k_all: &Tensor,
+    v_all: &Tensor,
+    kv_len: usize,
+) -> candle_core::Result<Tensor> {
+    use rayon::prelude::*;
+    let hd = h.head_dim;
+    let n_rep = h.n_head / h.n_kv_head;
+    let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
+    let (k_store, k_layout) = k_all.storage_and_layout();
+    let (v_store, v_layout) = v_all.storage_and_layout();
+    let (candle_core::Storage::Cpu(k_cpu), candle_core::Storage::Cpu(v_cpu)) =
+        (&*k_store, &*v_store)
+    else {
+        candle_core::bail!("the attention cache is not in memory");
+    };
+    let (keys, values) = (k_cpu.as_slice::<f32>()?, v_cpu.as_slice::<f32>()?);
+    if !k_layout.is_contiguous() || !v_layout.is_contiguous() {
+        candle_core::bail!("the attention cache is not contiguous");
+    }
+    let cap = k_layout.dims()[2];
+    let (k0, v0) = (k_layout.start_offset(), v_layout.start_offset());
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0f32; h.n_head * hd];
+    out.par_chunks_mut(hd).enumerate().for_each(|(head, y)| {
+        let kv = head / n_rep;
+        let qh = &q[head * hd..(head + 1) * hd];
+        let base_k = k0 + kv * cap * hd;
+        let base_v = v0 + kv * cap * hd;
+        let mut scores: Vec<f32> = (0..kv_len)
+            .map(|j| {
+                let k = &keys[base_k + j * hd..base_k + (j + 1) * hd];
+                dot(qh, k) * scale
+            })
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0f32;
+        for s in &mut scores {
+            *s = (*s - max).exp();
+            total += *s;
+        }
+        let inv = 1.0 / total;
+        for (j, p) in scores.iter().enumerate() {
+            let v = &values[base_v + j * hd..base_v + (j + 1) * hd];
+            let w = p * inv;
+            for (o, x) in y.iter_mut().zip(v) {
+                *o += w * x;
+            }
+        }
+    });
+    drop((k_store, v_store));
+    Tensor::from_vec(out, (1, 1, h.n_embd), &Device::Cpu)
+}
+
+/// `a · b` in eight lanes, which the compiler turns into vector code (one
+/// running sum would have to be added in order).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Grows the cache's storage to hold `needed` positions, keeping what it

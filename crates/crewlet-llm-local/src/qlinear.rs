@@ -176,9 +176,16 @@ impl<const N: usize> Blocks<N> {
         let m = &self.m[b0..b0 + nb];
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
-            for (slot, a) in out.iter_mut().zip(acts) {
+            let mut out4 = out.chunks_exact_mut(4);
+            let mut acts4 = acts.chunks_exact(4);
+            for (slots, a) in (&mut out4).zip(&mut acts4) {
                 // SAFETY: the CPU has AVX2 and FMA (checked above); every
                 // slice holds `nb` whole blocks.
+                let four = unsafe { avx2::dot4_q4_1(qs, d, m, [&a[0], &a[1], &a[2], &a[3]]) };
+                slots.copy_from_slice(&four);
+            }
+            for (slot, a) in out4.into_remainder().iter_mut().zip(acts4.remainder()) {
+                // SAFETY: as above.
                 *slot = unsafe { avx2::dot_q4_1(qs, d, m, a) };
             }
             return;
@@ -207,18 +214,14 @@ impl<const N: usize> Blocks<N> {
         }
     }
 
+    /// Row `r` · `a` in plain Rust (CPUs without AVX2, and the reference
+    /// the AVX2 products are tested against).
     fn dot_q4_1(&self, r: usize, a: &Q8Row) -> f32 {
         let nb = self.per_row();
         let b0 = r * nb;
         let qs = &self.qs[b0 * N..(b0 + nb) * N];
         let d = &self.d[b0..b0 + nb];
         let m = &self.m[b0..b0 + nb];
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above); every slice
-            // holds `nb` whole blocks.
-            return unsafe { avx2::dot_q4_1(qs, d, m, a) };
-        }
         let mut sum = 0f32;
         for b in 0..nb {
             let q = &qs[b * 16..b * 16 + 16];
@@ -233,16 +236,12 @@ impl<const N: usize> Blocks<N> {
         sum
     }
 
+    /// Row `r` · `a` in plain Rust.
     fn dot_q8_0(&self, r: usize, a: &Q8Row) -> f32 {
         let nb = self.per_row();
         let b0 = r * nb;
         let qs = &self.qs[b0 * N..(b0 + nb) * N];
         let d = &self.d[b0..b0 + nb];
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
-            // SAFETY: as in `dot_q4_1`.
-            return unsafe { avx2::dot_q8_0(qs, d, a) };
-        }
         let mut sum = 0f32;
         for b in 0..nb {
             let mut acc = 0i32;
@@ -328,26 +327,100 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// Σ blocks of (nibbles · codes) · d·d' + m·s'.
+    /// One Q4_1 block against one activation block: the 8 partial sums of
+    /// nibbles times codes, as floats.
+    #[inline(always)]
+    unsafe fn q4_1_block(qs: *const u8, y: *const i8) -> __m256 {
+        // SAFETY: the caller has AVX2 and 16 code bytes at `qs`, 32
+        // activation bytes at `y`.
+        unsafe {
+            let q = _mm_loadu_si128(qs.cast());
+            let nibbles = _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+                _mm256_set1_epi8(0x0F),
+            );
+            let y = _mm256_loadu_si256(y.cast());
+            let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, y), _mm256_set1_epi16(1));
+            _mm256_cvtepi32_ps(sums)
+        }
+    }
+
+    /// Σ blocks of (nibbles · codes) · d·d' + m·s'. Two blocks a step, each
+    /// into its own accumulator, so one block's multiply-add need not wait
+    /// for the other's.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn dot_q4_1(qs: &[u8], d: &[f32], m: &[f32], a: &Q8Row) -> f32 {
         let nb = d.len();
+        assert!(qs.len() >= nb * 16 && m.len() >= nb);
+        assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
+        let (q, y) = (qs.as_ptr(), a.qs.as_ptr());
+        let (wd, wm, yd, ys) = (d.as_ptr(), m.as_ptr(), a.d.as_ptr(), a.s.as_ptr());
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut off0 = 0f32;
+        let mut off1 = 0f32;
+        let mut b = 0;
+        // SAFETY (every read below): `b < nb`, within the lengths checked
+        // above.
+        unsafe {
+            while b + 1 < nb {
+                let s0 = q4_1_block(q.add(b * 16), y.add(b * 32));
+                let s1 = q4_1_block(q.add(b * 16 + 16), y.add(b * 32 + 32));
+                acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(*wd.add(b) * *yd.add(b)), acc0);
+                acc1 = _mm256_fmadd_ps(s1, _mm256_set1_ps(*wd.add(b + 1) * *yd.add(b + 1)), acc1);
+                off0 += *wm.add(b) * *ys.add(b);
+                off1 += *wm.add(b + 1) * *ys.add(b + 1);
+                b += 2;
+            }
+            if b < nb {
+                let s0 = q4_1_block(q.add(b * 16), y.add(b * 32));
+                acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(*wd.add(b) * *yd.add(b)), acc0);
+                off0 += *wm.add(b) * *ys.add(b);
+            }
+            hsum(_mm256_add_ps(acc0, acc1)) + off0 + off1
+        }
+    }
+
+    /// [`dot_q4_1`] of one weight row against four activation rows at once:
+    /// each block's nibbles are unpacked once for the four, and the four
+    /// sums are independent chains.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot4_q4_1(qs: &[u8], d: &[f32], m: &[f32], a: [&Q8Row; 4]) -> [f32; 4] {
+        let nb = d.len();
+        assert!(qs.len() >= nb * 16 && m.len() >= nb);
+        for row in a {
+            assert!(row.qs.len() >= nb * 32 && row.d.len() >= nb && row.s.len() >= nb);
+        }
+        // Raw pointers, so that the loop neither re-reads the rows' vectors
+        // nor checks bounds (the lengths are checked above).
+        let yq = a.map(|r| r.qs.as_ptr());
+        let yd = a.map(|r| r.d.as_ptr());
+        let ys = a.map(|r| r.s.as_ptr());
+        let (wq, wd, wm) = (qs.as_ptr(), d.as_ptr(), m.as_ptr());
         let low = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        let mut offsets = 0f32;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut off = [0f32; 4];
         for b in 0..nb {
-            // SAFETY: 16 code bytes and 32 activation bytes per block.
-            let q = unsafe { _mm_loadu_si128(qs.as_ptr().add(b * 16).cast()) };
-            let nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
-            let y = unsafe { _mm256_loadu_si256(a.qs.as_ptr().add(b * 32).cast()) };
-            let pairs = _mm256_maddubs_epi16(nibbles, y);
-            let sums = _mm256_madd_epi16(pairs, ones);
-            let scale = _mm256_set1_ps(d[b] * a.d[b]);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
-            offsets += m[b] * a.s[b];
+            // SAFETY: `b < nb`, within every length checked above.
+            unsafe {
+                let q = _mm_loadu_si128(wq.add(b * 16).cast());
+                let nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
+                let (db, mb) = (*wd.add(b), *wm.add(b));
+                for k in 0..4 {
+                    let y = _mm256_loadu_si256(yq[k].add(b * 32).cast());
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, y), ones);
+                    let scale = _mm256_set1_ps(db * *yd[k].add(b));
+                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[k]);
+                    off[k] += mb * *ys[k].add(b);
+                }
+            }
         }
-        unsafe { hsum(acc) + offsets }
+        let mut out = [0f32; 4];
+        for k in 0..4 {
+            out[k] = unsafe { hsum(acc[k]) } + off[k];
+        }
+        out
     }
 
     /// Σ blocks of (codes · codes') · d·d'.
@@ -421,5 +494,58 @@ mod tests {
             (got - exact).abs() < 0.02 * exact.abs().max(1.0),
             "{got} vs {exact}"
         );
+    }
+
+    /// The products this CPU runs (AVX2 when it has it: four activation
+    /// rows at once, two blocks a step, with their remainders) against the
+    /// plain ones, on an odd number of blocks and of activation rows.
+    #[test]
+    fn the_fast_products_agree_with_the_plain_ones() {
+        let (rows, cols) = (3, 32 * 5);
+        let mut q4 = Vec::new();
+        let mut q8 = Vec::new();
+        for blk in 0..rows * cols / 32 {
+            let codes: [u8; 16] = std::array::from_fn(|j| ((j * 5 + blk * 3) % 256) as u8);
+            q4.extend(q4_1_block(
+                0.1 + blk as f32 * 0.01,
+                -0.5 + blk as f32 * 0.03,
+                codes,
+            ));
+            q8.extend_from_slice(&f16::from_f32(0.01 + blk as f32 * 0.001).to_le_bytes());
+            for j in 0..32 {
+                q8.push(((j * 11 + blk * 7) % 255) as u8);
+            }
+        }
+        let w4 = Blocks::<16>::read(&q4, rows, cols, true).unwrap();
+        let w8 = Blocks::<32>::read(&q8, rows, cols, false).unwrap();
+        let acts: Vec<Q8Row> = (0..7)
+            .map(|k| {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * (k + 2)) as f32 * 0.13).sin())
+                    .collect();
+                quantize_row(&x)
+            })
+            .collect();
+        for r in 0..rows {
+            let mut fast = vec![0f32; acts.len()];
+            w4.dots_q4_1(r, &acts, &mut fast);
+            for (k, a) in acts.iter().enumerate() {
+                let plain = w4.dot_q4_1(r, a);
+                assert!(
+                    (fast[k] - plain).abs() <= 1e-3 * plain.abs().max(1.0),
+                    "q4_1 row {r} act {k}: {} vs {plain}",
+                    fast[k]
+                );
+            }
+            w8.dots_q8_0(r, &acts, &mut fast);
+            for (k, a) in acts.iter().enumerate() {
+                let plain = w8.dot_q8_0(r, a);
+                assert!(
+                    (fast[k] - plain).abs() <= 1e-3 * plain.abs().max(1.0),
+                    "q8_0 row {r} act {k}: {} vs {plain}",
+                    fast[k]
+                );
+            }
+        }
     }
 }

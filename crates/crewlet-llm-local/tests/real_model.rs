@@ -441,3 +441,60 @@ fn the_schema_checker_refuses_what_it_should() {
         assert!(check_schema(&schema, &bad).is_err(), "{bad} passed");
     }
 }
+
+/// The one-token attention (generation, on the cache's own memory) and the
+/// matrix-product attention (prompts) are the same function: the logits
+/// after a prompt run whole equal those after the same prompt fed a token
+/// at a time.
+#[test]
+fn a_token_at_a_time_gives_the_logits_of_the_whole_prompt() {
+    let Some(path) = require_local_model() else {
+        return;
+    };
+    let mut gguf = match crewlet_llm_local::gguf::GgufFile::open(&path) {
+        Ok(g) => g,
+        Err(e) => panic!("open: {e}"),
+    };
+    let weights = crewlet_llm_local::model::Weights::load(&mut gguf)
+        .unwrap_or_else(|e| panic!("weights: {e}"));
+    let n = weights.hyper.n_layer;
+    // 40 tokens of a sentence (ids well inside the vocabulary).
+    let tokens: Vec<u32> = (0..40u32).map(|i| 300 + i * 97).collect();
+    let mut whole = crewlet_llm_local::model::KvCache::new(n);
+    let at_once = weights
+        .forward(&tokens, &mut whole)
+        .unwrap_or_else(|e| panic!("whole: {e}"));
+    let mut stepwise = crewlet_llm_local::model::KvCache::new(n);
+    let mut last = Vec::new();
+    for t in &tokens {
+        last = weights
+            .forward(&[*t], &mut stepwise)
+            .unwrap_or_else(|e| panic!("step: {e}"));
+    }
+    assert_eq!(at_once.len(), last.len());
+    // Not bit for bit: the activations are quantized to 8 bits per row, and
+    // one rounding that goes the other way moves later layers a little. A
+    // wrong attention moves the logits by whole units and reorders them.
+    let worst = at_once
+        .iter()
+        .zip(&last)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let spread = at_once.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+        - at_once.iter().copied().fold(f32::INFINITY, f32::min);
+    assert!(
+        worst < 0.05 * spread,
+        "largest logit difference {worst} of a spread of {spread}"
+    );
+    let top = |l: &[f32]| {
+        let mut ids: Vec<usize> = (0..l.len()).collect();
+        ids.sort_by(|a, b| l[*b].total_cmp(&l[*a]));
+        ids.truncate(5);
+        let first = ids[0];
+        ids.sort_unstable();
+        (first, ids)
+    };
+    // The same most likely token, and the same five most likely ones
+    // (near-ties among them may swap places).
+    assert_eq!(top(&at_once), top(&last));
+}

@@ -117,10 +117,14 @@ async fn turn(at_once: bool) -> Vec<CompletionRequest> {
             &Trigger::new("task-1", "api", "What is the answer?"),
         )
         .await;
-    assert_eq!(outcome.decision, TurnDecision::Done, "{:?}", outcome.failure);
+    assert_eq!(
+        outcome.decision,
+        TurnDecision::Done,
+        "{:?}",
+        outcome.failure
+    );
     assert_eq!(outcome.final_artifact, "42");
-    let seen = seen.lock().clone();
-    seen
+    seen.lock().clone()
 }
 
 fn tool_names(r: &CompletionRequest) -> Vec<&str> {
@@ -131,10 +135,19 @@ fn tool_names(r: &CompletionRequest) -> Vec<&str> {
 async fn a_model_that_decides_at_once_is_asked_for_the_decision_first() {
     let requests = turn(true).await;
     // Plan, Execute's two rounds, Review: four calls and no rescue.
-    assert_eq!(requests.len(), 4, "{:?}", requests.iter().map(tool_names).collect::<Vec<_>>());
+    assert_eq!(
+        requests.len(),
+        4,
+        "{:?}",
+        requests.iter().map(tool_names).collect::<Vec<_>>()
+    );
     let plan = &requests[0];
     assert_eq!(tool_names(plan), ["submit_plan"]);
-    assert!(matches!(plan.tool_choice, ToolChoice::Required), "{:?}", plan.tool_choice);
+    assert!(
+        matches!(plan.tool_choice, ToolChoice::Required),
+        "{:?}",
+        plan.tool_choice
+    );
     // Execute is unchanged: the planned tool, called first.
     assert!(tool_names(&requests[1]).contains(&"lookup"));
     let review = &requests[3];
@@ -148,7 +161,15 @@ async fn other_models_get_the_read_only_tools_and_free_choice_first() {
     assert_eq!(requests.len(), 4);
     let plan = &requests[0];
     assert!(tool_names(plan).contains(&"submit_plan"));
-    assert!(tool_names(plan).contains(&"lookup"), "{:?}", tool_names(plan));
-    assert!(matches!(plan.tool_choice, ToolChoice::Auto), "{:?}", plan.tool_choice);
+    assert!(
+        tool_names(plan).contains(&"lookup"),
+        "{:?}",
+        tool_names(plan)
+    );
+    assert!(
+        matches!(plan.tool_choice, ToolChoice::Auto),
+        "{:?}",
+        plan.tool_choice
+    );
     assert!(matches!(requests[3].tool_choice, ToolChoice::Auto));
 }
