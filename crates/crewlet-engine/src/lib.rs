@@ -41,6 +41,7 @@ mod knowledge;
 mod learning;
 mod llm;
 mod local_llm;
+pub use local_llm::catalogue_models;
 pub mod maintenance;
 mod mattermost;
 mod recent;

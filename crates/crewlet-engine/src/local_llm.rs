@@ -95,7 +95,7 @@ fn load(path: &std::path::Path, run: &LocalRun) -> Result<Arc<LocalModel>, Strin
 
 /// The catalogue models `company` runs in process and names without a
 /// `path`: its `type: local` providers and its local embedder.
-pub(crate) fn catalogue_models(company: &Company) -> Vec<String> {
+pub fn catalogue_models(company: &Company) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for entry in company.llm_providers().values() {
         if entry.kind == LlmKind::Local && entry.path.is_none() && !names.contains(&entry.model) {

@@ -53,6 +53,10 @@ struct Session {
     cache: KvCache,
 }
 
+/// A shared beginning shorter than this is not worth copying out of another
+/// conversation.
+const MIN_SHARED_PREFIX: usize = 32;
+
 /// Tokens a tool call may take in all, past the answer's own cap.
 pub const CALL_BUDGET: usize = 1024;
 
@@ -313,8 +317,13 @@ impl LocalModel {
         })
     }
 
-    /// The cached conversation sharing the longest prefix with `prompt`, or
-    /// a fresh one.
+    /// The conversation to run `prompt` in. A cached one that `prompt`
+    /// extends is taken as it is. One that shares only a beginning with it
+    /// (the company and seat at the top of another phase's prompt) is left
+    /// in place for its own next round, and that beginning is copied into a
+    /// new conversation: a copy of the keys and values costs milliseconds,
+    /// running those tokens again costs seconds. Otherwise a fresh one (the
+    /// least recently used one's storage when the cache is full).
     fn take_session(&self, prompt: &[u32]) -> Session {
         let mut sessions = self.sessions.lock();
         let best = sessions
@@ -323,12 +332,27 @@ impl LocalModel {
             .map(|(i, s)| (i, common_prefix(&s.tokens, prompt)))
             .max_by_key(|&(_, n)| n);
         match best {
-            Some((i, n)) if n > 0 => sessions.remove(i),
-            _ if sessions.len() >= self.max_sessions => sessions.remove(0),
-            _ => Session {
-                tokens: Vec::new(),
-                cache: KvCache::new(self.weights.hyper.n_layer),
-            },
+            Some((i, n)) if n > 0 && n >= sessions[i].tokens.len() => return sessions.remove(i),
+            Some((i, n)) if n >= MIN_SHARED_PREFIX => {
+                if let Ok(cache) = sessions[i].cache.fork(n) {
+                    let tokens = sessions[i].tokens[..n].to_vec();
+                    // The source proved useful: it is now the most recent.
+                    let source = sessions.remove(i);
+                    sessions.push(source);
+                    return Session { tokens, cache };
+                }
+            }
+            _ => {}
+        }
+        if sessions.len() >= self.max_sessions {
+            let mut oldest = sessions.remove(0);
+            oldest.tokens.clear();
+            oldest.cache.truncate(0);
+            return oldest;
+        }
+        Session {
+            tokens: Vec::new(),
+            cache: KvCache::new(self.weights.hyper.n_layer),
         }
     }
 

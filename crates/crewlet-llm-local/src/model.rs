@@ -53,9 +53,16 @@ pub struct Weights {
     embed: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    output: Linear,
+    output: Output,
     cos: Tensor,
     sin: Tensor,
+}
+
+/// The output projection: its own matrix, or the embedding matrix itself
+/// (tied embeddings, as SmolLM has), held once.
+enum Output {
+    Own(Linear),
+    Tied,
 }
 
 /// The token embeddings: rows read out of the quantized matrix on demand,
@@ -93,6 +100,35 @@ impl KvCache {
     /// Forgets every position from `len` on (the storage stays).
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+    }
+
+    /// A new cache holding a copy of this one's first `len` positions.
+    pub fn fork(&self, len: usize) -> candle_core::Result<KvCache> {
+        let len = len.min(self.len);
+        if len == 0 {
+            return Ok(KvCache::new(self.layers.len()));
+        }
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for slot in &self.layers {
+            let Some((k, v)) = slot else {
+                candle_core::bail!("a cache with positions has no storage for a layer");
+            };
+            // Always new storage: the copy is written to as it grows.
+            let own = |t: &Tensor| -> candle_core::Result<Tensor> {
+                let part = t.narrow(2, 0, len)?;
+                if part.is_contiguous() {
+                    part.copy()
+                } else {
+                    part.contiguous()
+                }
+            };
+            layers.push(Some((own(k)?, own(v)?)));
+        }
+        Ok(KvCache {
+            layers,
+            len,
+            cap: len,
+        })
     }
 
     /// Bytes the cache holds.
@@ -160,10 +196,11 @@ impl Weights {
             Embedding::Dense(tensor("token_embd.weight")?.dequantize(&device)?)
         };
         let output = match tensor("output.weight") {
-            Ok(q) => Linear::from_qtensor(q)?,
-            // Tied embeddings (SmolLM): the output projection is the
-            // embedding matrix.
-            Err(_) => Linear::from_qtensor(tensor("token_embd.weight")?)?,
+            Ok(q) => Output::Own(Linear::from_qtensor(q)?),
+            // Tied embeddings: the embedding rows' matrix serves as the
+            // projection too, unless it was read as dense floats.
+            Err(_) if matches!(embed, Embedding::Rows(_)) => Output::Tied,
+            Err(_) => Output::Own(Linear::from_qtensor(tensor("token_embd.weight")?)?),
         };
         let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, rms_eps)?;
         let mut layers = Vec::with_capacity(n_layer);
@@ -291,7 +328,13 @@ impl Weights {
         cache.len = kv_len;
         let last = x.narrow(1, seq - 1, 1)?;
         let last = self.norm.forward(&last)?;
-        self.output
+        let projection = match (&self.output, &self.embed) {
+            (Output::Own(m), _) | (Output::Tied, Embedding::Rows(m)) => m,
+            (Output::Tied, Embedding::Dense(_)) => {
+                candle_core::bail!("tied output weights need the embedding rows")
+            }
+        };
+        projection
             .forward(&last)?
             .flatten_all()?
             .to_dtype(DType::F32)

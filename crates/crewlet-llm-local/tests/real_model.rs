@@ -383,6 +383,47 @@ async fn a_prompt_that_extends_the_last_reuses_its_cache_and_answers_as_a_cold_m
     );
 }
 
+/// Two prompts that share only their beginning (two phases of one seat):
+/// the second starts from a copy of that beginning, and the first one's
+/// conversation stays whole for its own next round.
+#[tokio::test]
+async fn a_shared_beginning_is_copied_and_the_first_conversation_kept() {
+    let Some(path) = require_local_model() else {
+        return;
+    };
+    let warm = provider(load(&path, None, 4), 1);
+    let system = "You are the CEO of Quickstart Co. The company ships a small, useful product \
+                  and learns from every customer conversation. Your manager is the founder; \
+                  the CTO and the product manager report to you. Answer briefly.";
+    let plan = request(system, "Plan the week in one sentence.", 16);
+    let review = request(system, "Review the release notes in one sentence.", 16);
+    let plan_answer = warm.complete(&plan).await.expect("plan");
+    let review_answer = warm.complete(&review).await.expect("review");
+    // The review runs only what follows the shared system message.
+    let shared = review_answer.usage.cache_read_tokens;
+    assert!(shared >= 32, "{:?}", review_answer.usage);
+    assert!(shared < review_answer.usage.input_tokens);
+    // The plan's conversation was not cut back to that beginning: its next
+    // round finds everything up to the plan's answer.
+    let mut next = plan.clone();
+    next.messages
+        .push(Message::assistant(plan_answer.content.clone(), Vec::new()));
+    next.messages.push(Message::user("And the week after?"));
+    let next_answer = warm.complete(&next).await.expect("next round");
+    assert!(
+        next_answer.usage.cache_read_tokens >= plan_answer.usage.input_tokens,
+        "{:?} after {:?}",
+        next_answer.usage,
+        plan_answer.usage
+    );
+    // And the copies changed nothing: a cold model answers the same.
+    let cold = provider(load(&path, None, 4), 1);
+    assert_eq!(
+        cold.complete(&review).await.expect("cold review").content,
+        review_answer.content
+    );
+}
+
 #[tokio::test]
 async fn a_prompt_beyond_the_context_is_a_context_overflow() {
     let Some(path) = require_local_model() else {

@@ -355,6 +355,9 @@ macro_rules! require {
     };
 }
 
+/// The catalogue name of the local chat model the tests run.
+pub const LOCAL_MODEL: &str = "smollm2-135m-instruct";
+
 /// The local chat model's GGUF (SmolLM2-135M-Instruct) in the model cache,
 /// if it is there; otherwise panics under CI and returns `None` (skip)
 /// elsewhere, like the services. `crewlet models pull smollm2-135m-instruct`
@@ -362,7 +365,7 @@ macro_rules! require {
 pub fn require_local_model() -> Option<std::path::PathBuf> {
     let file = cached_embed_model_dir().and_then(|d| {
         d.parent()
-            .map(|p| p.join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"))
+            .map(|p| p.join(LOCAL_MODEL).join("SmolLM2-135M-Instruct.Q4_1.gguf"))
     });
     if let Some(file) = file.filter(|f| f.is_file()) {
         return Some(file);

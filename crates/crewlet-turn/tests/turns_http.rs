@@ -390,7 +390,7 @@ async fn plan_tool_call_review_done_with_exact_token_totals() -> TestResult {
     // those are offered; then what the plan needs and the discovery pair.
     assert_eq!(tools(1), ["lookup"]);
     assert_eq!(reqs[1].body["tool_choice"], "required");
-    let execute = ["list_mcp_server_tools", "activate_tool", "lookup"];
+    let execute = ["lookup", "list_mcp_server_tools", "activate_tool"];
     assert_eq!(tools(2), execute);
     assert_eq!(reqs[2].body["tool_choice"], "auto");
     assert_eq!(reqs[2].body["messages"].as_array().map(Vec::len), Some(4));

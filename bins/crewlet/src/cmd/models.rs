@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
-use crewlet_config::{Checked, Company, EmbeddingsKind, LlmKind, Tier, check_bytes};
+use crewlet_config::{Checked, Company, Tier, check_bytes};
 use crewlet_models::{Entry, ModelStore, Progress, PullOptions, catalogue, human_bytes};
 
 /// The file `crewlet run` reads beside a bootstrap file.
@@ -266,33 +266,19 @@ fn problems(path: &Path, checked: &Checked) -> String {
     )
 }
 
-/// The catalogue models `company` runs in process without a `path` of
-/// their own: its `type: local` chat providers' models and, for `type:
-/// local` embeddings, the embedder's (the engine fetches the same on start).
+/// The catalogue entries of the models `company` runs in process without a
+/// `path` of their own: the ones the engine fetches on start
+/// ([`crewlet_engine::catalogue_models`]).
 pub(crate) fn models_of(company: &Company) -> Vec<&'static Entry> {
-    let mut out: Vec<&'static Entry> = Vec::new();
-    let providers = company.llm_providers();
-    let llm = providers
-        .values()
-        .filter(|p| p.kind == LlmKind::Local && p.path.is_none())
-        .filter_map(|p| crewlet_models::find(&p.model));
-    let embed = company
-        .providers
-        .embeddings
-        .as_ref()
-        .filter(|e| e.kind == EmbeddingsKind::Local && e.path.is_none())
-        .map(|_| &crewlet_models::ALL_MINILM_L6_V2);
-    for entry in llm.chain(embed) {
-        if !out.iter().any(|e| e.name == entry.name) {
-            out.push(entry);
-        }
-    }
-    out
+    crewlet_engine::catalogue_models(company)
+        .iter()
+        .filter_map(|name| crewlet_models::find(name))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use crewlet_config::EmbeddingsProvider;
+    use crewlet_config::{EmbeddingsKind, EmbeddingsProvider};
 
     use super::*;
 

@@ -9,31 +9,12 @@ use std::sync::Arc;
 use crewlet_llm::{Completion, CompletionRequest, LlmError};
 use crewlet_llm::{LlmProvider, StreamEvent};
 use crewlet_llm_local::{LocalModel, LocalProvider, LocalSettings};
-use crewlet_test_support::services::{in_ci, skip};
 use futures::StreamExt;
 use serde_json::Value;
 
 /// The catalogue name of the model these tests run.
-pub const MODEL_NAME: &str = "smollm2-135m-instruct";
-
-/// The installed SmolLM2-135M-Instruct GGUF (`crewlet models pull
-/// smollm2-135m-instruct` puts it there); otherwise panics under CI and
-/// returns `None` (skip) elsewhere, like the services.
-pub fn require_local_model() -> Option<PathBuf> {
-    let msg = match crewlet_models::installed(MODEL_NAME) {
-        Ok(Some(path)) => return Some(path),
-        Ok(None) => format!(
-            "the local model {MODEL_NAME} is not in {}; fetch it with `crewlet models pull {MODEL_NAME}` or `cargo xtask services up --only model`",
-            crewlet_models::models_dir().display()
-        ),
-        Err(e) => format!("the local model {MODEL_NAME} cannot be looked up: {e}"),
-    };
-    if in_ci() {
-        panic!("CI=true and {msg}");
-    }
-    skip(&msg);
-    None
-}
+pub use crewlet_test_support::services::LOCAL_MODEL as MODEL_NAME;
+pub use crewlet_test_support::services::require_local_model;
 
 /// Loads the model at `path` (a test failure if it cannot be).
 pub fn load(path: &Path, context: Option<usize>, max_sessions: usize) -> Arc<LocalModel> {

@@ -305,11 +305,11 @@ pub async fn run_tool_loop<D>(
         // meta tool.
         let forced = rounds == 0 && require_first_call && !offered.is_empty();
         if !grace {
+            // The meta tools come last, so that a prompt which lists the
+            // tools (a local model's) changes only at its end when they
+            // join after a forced first round, and the rest of it is reused.
             call.tools
                 .extend(terminators.iter().map(|t| t.spec.clone()));
-            if !forced {
-                call.tools.extend(meta.specs(env.skills));
-            }
             call.tools.extend(offered.iter().map(|t| {
                 if slim_tools {
                     slim_tool_spec(t.as_ref())
@@ -317,6 +317,9 @@ pub async fn run_tool_loop<D>(
                     tool_spec(t.as_ref())
                 }
             }));
+            if !forced {
+                call.tools.extend(meta.specs(env.skills));
+            }
         } else {
             call.messages.push(Message::user(prompts::GRACE));
         }
