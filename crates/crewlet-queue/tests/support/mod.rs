@@ -70,6 +70,10 @@ impl ThrowawayPulsar {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
         let (extra_conf, admin_token) = extra(&dir)?;
+        // The bookie measures the whole filesystem: on a large disk shared
+        // with build caches, 95% used can still leave gigabytes free, and a
+        // read-only bookie never lets the broker pass its health check. The
+        // thresholds of `cargo xtask services`' own broker.
         fs::write(
             dir.join("standalone.conf"),
             format!(
@@ -80,7 +84,9 @@ impl ThrowawayPulsar {
                  journalSyncData=false\nallowAutoTopicCreation=true\n\
                  allowAutoTopicCreationType=non-partitioned\nbrokerDeleteInactiveTopicsEnabled=false\n\
                  functionsWorkerEnabled=false\nwebSocketServiceEnabled=false\n\
-                 brokerShutdownTimeoutMs=3000\n{extra_conf}"
+                 brokerShutdownTimeoutMs=3000\n\
+                 diskUsageThreshold=0.995\ndiskUsageWarnThreshold=0.99\n\
+                 diskUsageLwmThreshold=0.99\n{extra_conf}"
             ),
         )?;
         fs::write(jars_file(&dir), jars.display().to_string())?;
@@ -199,10 +205,11 @@ impl ThrowawayPulsar {
             std::thread::sleep(Duration::from_millis(500));
         }
         let log = self.log_tail();
-        // BookKeeper turns its bookie read-only when the disk is over 95%
-        // full; the broker then never passes its health check.
+        // BookKeeper turns its bookie read-only when the disk is over its
+        // threshold (99.5% here); the broker then never passes its health
+        // check.
         let hint = if log.contains("Not enough non-faulty bookies") {
-            " (the bookie is not writable: BookKeeper stops writing when its disk is over 95% full; check `df`)"
+            " (the bookie is not writable: BookKeeper stops writing when its disk is over 99.5% full; check `df`)"
         } else {
             ""
         };
