@@ -563,6 +563,22 @@ test('token totals shown equal the /tokens/breakdown answer', async () => {
   await context.close();
 });
 
+test('two quick moves mount the last room once (its reads are not cut off and repeated)', async () => {
+  const { page, context, problems } = await open('#/mission');
+  await roomReady(page, 'mission');
+  const reads = [];
+  page.on('request', (r) => { if (r.url().includes('/tokens/breakdown')) reads.push(r.url()); });
+  // Both hashchange events are queued before either runs, and both find the
+  // last hash (the CI run of stop 46 failed on a page that mounted twice).
+  await page.evaluate(() => { location.hash = '#/events'; location.hash = '#/tokens?days=3'; });
+  const root = await roomReady(page, 'tokens');
+  assert.equal(await root.getAttribute('data-since-days'), '3');
+  await page.locator('[data-testid="token-totals"]').waitFor({ timeout: T });
+  assert.equal(reads.length, 1, `one read of the breakdown: ${reads.join(', ')}`);
+  assert.deepEqual(problems, [], problems.join('\n'));
+  await context.close();
+});
+
 test('keyboard: skip link first, then the nav; the phone menu opens from the keyboard', async () => {
   const { page, context } = await open('#/mission');
   await roomReady(page, 'mission');

@@ -59,7 +59,7 @@ function mount(focus) {
     on: (kind, fn) => offs.push(store.on(kind, fn)),
     alive: () => !abort.signal.aborted,
   };
-  current = { abort, route };
+  current = { abort, route, hash: location.hash };
   let root;
   try {
     root = make ? make(route.params)(ctx) : notFound(route);
@@ -163,7 +163,10 @@ function boot() {
   paintToken();
   paintContent();
   window.addEventListener('hashchange', () => {
-    if (location.hash === '#main') return;
+    // Two quick moves queue two hashchange events, and both find the last
+    // hash: the room already mounted for it is kept (mounting it again would
+    // abort its reads half-way and read everything twice).
+    if (location.hash === '#main' || location.hash === current?.hash) return;
     mount(true);
   });
   if (!location.hash || location.hash === '#' || location.hash === '#/') history.replaceState(null, '', '#/mission');
