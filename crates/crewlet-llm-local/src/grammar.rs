@@ -179,12 +179,19 @@ pub fn parse_calls(answer: &str) -> Option<Vec<(String, String)>> {
         return None;
     }
     let mut calls = Vec::new();
-    // Whole blocks only: a block the token cap cut is left out.
+    // Whole blocks only: a block the token cap cut is left out. The body is
+    // read as one JSON value, not up to the first close marker: a string
+    // may hold `</tool_call>` (a small model that forgets a closing quote
+    // writes one inside its string, and the grammar then keeps it there).
     while let Some(after) = rest.trim_start().strip_prefix(CALL_OPEN) {
-        let Some(end) = after.find(CALL_CLOSE) else {
+        let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+        let Some(Ok(body)) = values.next() else {
             break;
         };
-        let Ok(body) = serde_json::from_str::<Value>(after[..end].trim()) else {
+        let Some(tail) = after[values.byte_offset()..]
+            .trim_start()
+            .strip_prefix(CALL_CLOSE)
+        else {
             break;
         };
         let Some(name) = body.get("name").and_then(Value::as_str) else {
@@ -192,7 +199,7 @@ pub fn parse_calls(answer: &str) -> Option<Vec<(String, String)>> {
         };
         let arguments = body.get("arguments").cloned().unwrap_or_else(|| json!({}));
         calls.push((name.to_owned(), arguments.to_string()));
-        rest = &after[end + CALL_CLOSE.len()..];
+        rest = tail;
     }
     Some(calls)
 }
@@ -255,5 +262,22 @@ mod tests {
         assert_eq!(parse_calls("plain text"), None);
         let cut = "<tool_call>\n{\"name\":\"a\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n{\"name\":\"a\",\"argu";
         assert_eq!(parse_calls(cut).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_close_marker_inside_a_string_does_not_end_the_call() {
+        // As SmolLM2 wrote it: the quote forgotten, the marker inside the
+        // string, the grammar holding the rest in it until a quote came.
+        let answer = "<tool_call>\n{\"name\":\"a\",\"arguments\":{\"q\":\"no review}}}</tool_call>  # more\"}}\n</tool_call>";
+        let calls = parse_calls(answer).unwrap();
+        assert_eq!(
+            calls,
+            [(
+                "a".into(),
+                "{\"q\":\"no review}}}</tool_call>  # more\"}".into()
+            )]
+        );
+        let unclosed = "<tool_call>\n{\"name\":\"a\",\"arguments\":{}}\n</tool_";
+        assert_eq!(parse_calls(unclosed).unwrap(), []);
     }
 }

@@ -22,5 +22,6 @@ pub mod prompt;
 
 pub use engine::{GenerateOptions, Generated, LocalModel, StopReason};
 pub mod provider;
+mod signature;
 
 pub use provider::{DEFAULT_MAX_TOKENS, LocalProvider, LocalSettings};

@@ -1,12 +1,13 @@
 //! A provider-neutral request as the chat a local model reads: the system
-//! blocks joined, the tools described in the system message with the answer
+//! blocks joined, the tools as signature lines in the system message with the answer
 //! format [`crate::grammar`] enforces, tool calls written back in that
 //! format, and tool results as user turns (many small models' templates
 //! know only system, user and assistant).
 
 use crewlet_llm::{CompletionRequest, Message, ToolChoice};
 
-use crate::grammar::{AnswerShape, CALL_CLOSE, CALL_OPEN};
+use crate::grammar::{AnswerShape, CALL_CLOSE, CALL_OPEN, bounded};
+use crate::signature::signature;
 use crate::template::ChatMessage;
 
 /// The chat of `request`, given the answer shape it is decoded under.
@@ -82,21 +83,24 @@ fn tools_section(shape: &AnswerShape, choice: &ToolChoice) -> Option<String> {
     if tools.is_empty() {
         return None;
     }
-    let mut s = String::from(
-        "# Tools\n\nYou may call these tools. Each line is one tool as JSON:\n<tools>\n",
-    );
+    let mut s = String::from("# Tools\n\nYou may call these tools:\n<tools>\n");
     for t in tools {
-        let line = serde_json::json!({
-            "name": t.name,
-            "description": t.description,
-            "parameters": t.parameters,
-        });
-        s.push_str(&line.to_string());
+        // As the grammar enforces it: every field written.
+        s.push_str(&signature(&t.name, &bounded(&t.parameters)));
+        let description = t
+            .description
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !description.is_empty() {
+            s.push_str("\n  ");
+            s.push_str(&description);
+        }
         s.push('\n');
     }
     s.push_str("</tools>\n\nTo call a tool, answer with only this block (one block per call):\n");
     s.push_str(CALL_OPEN);
-    s.push_str("\n{\"name\": <tool name>, \"arguments\": <arguments object>}\n");
+    s.push_str("\n{\"name\": <tool name>, \"arguments\": {<argument>: <value>, ...}}\n");
     s.push_str(CALL_CLOSE);
     match (shape, choice) {
         (AnswerShape::CallsOnly(_), ToolChoice::Tool(name)) => {
@@ -151,7 +155,13 @@ mod tests {
         let roles: Vec<_> = chat.iter().map(|m| m.role).collect();
         assert_eq!(roles, ["system", "user", "assistant", "user"]);
         assert!(chat[0].content.starts_with("You are the CEO.\n\nToday."));
-        assert!(chat[0].content.contains("\"name\":\"search\""));
+        assert!(
+            chat[0]
+                .content
+                .contains("<tools>\nsearch()\n  find\n</tools>"),
+            "{}",
+            chat[0].content
+        );
         assert_eq!(
             chat[2].content,
             "<tool_call>\n{\"name\":\"search\",\"arguments\":{\"q\":\"x\"}}\n</tool_call>"
