@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod ci;
 pub mod cmd;
+pub mod engine_process;
 pub mod http;
 pub mod schema;
 pub mod schemathesis;

@@ -4,13 +4,13 @@
 //! `/openapi.json` with every check, a bounded number of examples and a time
 //! bound. Any failure fails the step. Configuration: `xtask/schemathesis/`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use crate::engine_process::{EngineProcess, free_port};
 use crate::{cmd, workspace_root};
 
 /// The schemathesis release the step installs.
@@ -78,8 +78,12 @@ pub fn run() -> Result<()> {
     let child = server
         .spawn()
         .with_context(|| format!("cannot start {}", crewlet.display()))?;
-    let mut server = Server(child);
-    wait_ready(&mut server, port, &log)?;
+    let mut server = EngineProcess::new(child);
+    let took = server.wait_ready(port, &log, READY_WITHIN, Duration::from_millis(200))?;
+    println!(
+        "    server ready on 127.0.0.1:{port} in {:.1} s",
+        took.as_secs_f64()
+    );
 
     let base = format!("http://127.0.0.1:{port}");
     let mut check = Command::new(&st);
@@ -108,63 +112,6 @@ pub fn run() -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The `crewlet run` process; stopped (SIGTERM, then SIGKILL) when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pid = self.0.id();
-        let _ = crate::services::process::signal(pid, "TERM");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits for `/ready` to answer 200 (the company is imported and running).
-fn wait_ready(server: &mut Server, port: u16, log: &Path) -> Result<()> {
-    let host = format!("127.0.0.1:{port}");
-    let started = Instant::now();
-    loop {
-        if let Some(status) = server.0.try_wait().context("waiting for crewlet run")? {
-            bail!(
-                "crewlet run exited with {status} before /ready answered:\n{}",
-                crate::services::process::log_tail(log, 30)
-            );
-        }
-        if crate::http::get(&host, "/ready", Duration::from_secs(2)).is_ok_and(|r| r.is_success()) {
-            println!(
-                "    server ready on {host} in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
-        }
-        if started.elapsed() > READY_WITHIN {
-            bail!(
-                "crewlet run did not answer 200 on /ready within {} s:\n{}",
-                READY_WITHIN.as_secs(),
-                crate::services::process::log_tail(log, 30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// A port nothing listens on now (the kernel picks it).
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(listener
-        .local_addr()
-        .context("cannot find a free port")?
-        .port())
 }
 
 /// Cargo's target directory (`CARGO_TARGET_DIR`, else `<root>/target`).

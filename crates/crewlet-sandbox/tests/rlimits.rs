@@ -8,31 +8,52 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_sandbox::local::{Enforcement, LimitPolicy, LocalOptions, LocalSandbox};
-use crewlet_sandbox::{BoxSpec, Exec, Limits, RunState, Sandbox};
+use crewlet_sandbox::{BoxId, BoxSpec, Exec, Limits, RunState, Sandbox};
 
-/// The backend with cgroups set aside and `cpu_seconds` of CPU per process.
-async fn rlimited(cpu_seconds: u64) -> Option<Arc<LocalSandbox>> {
+/// The backend with cgroups set aside and `cpu_seconds` of CPU per process,
+/// and a box with `limits` in it.
+async fn rlimited_box(cpu_seconds: u64, limits: Limits) -> Option<(Arc<LocalSandbox>, BoxId)> {
     let mut opts = LocalOptions::new(common::state_dir());
     opts.limits = LimitPolicy::Rlimits;
     opts.rlimit_cpu_seconds = cpu_seconds;
-    match LocalSandbox::new(opts).await {
-        Ok(sb) => {
-            assert!(
-                matches!(sb.enforcement(), Enforcement::Rlimits { .. }),
-                "{}",
-                sb.enforcement()
-            );
-            Some(Arc::new(sb))
-        }
-        Err(e) => crewlet_sandbox::testsuite::skip(&e.to_string()),
-    }
-}
-
-fn spec(limits: Limits) -> BoxSpec {
-    BoxSpec {
+    let sb = match LocalSandbox::new(opts).await {
+        Ok(sb) => sb,
+        Err(e) => return crewlet_sandbox::testsuite::skip(&e.to_string()),
+    };
+    assert!(
+        matches!(sb.enforcement(), Enforcement::Rlimits { .. }),
+        "{}",
+        sb.enforcement()
+    );
+    let spec = BoxSpec {
         limits,
         ..BoxSpec::default()
+    };
+    let id = sb.create(&spec).await.expect("create");
+    Some((Arc::new(sb), id))
+}
+
+/// The limits of the boxes that are paused: room for a shell that forks.
+const PAUSABLE: Limits = Limits {
+    memory_mb: Some(256),
+    pids: Some(64),
+    cpus: Some(1.0),
+};
+
+/// Polls `check` every 20 ms for up to a minute (a loaded machine is slow,
+/// never wrong); whether it came true.
+async fn eventually<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..3000 {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    false
 }
 
 fn running_as_root() -> bool {
@@ -59,16 +80,17 @@ fn host_processes_with(marker: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hog_fails_under_the_address_space_limit() {
-    let Some(sb) = rlimited(600).await else {
-        return;
-    };
-    let id = sb
-        .create(&spec(Limits {
+    let Some((sb, id)) = rlimited_box(
+        600,
+        Limits {
             memory_mb: Some(128),
             ..Limits::none()
-        }))
-        .await
-        .expect("create");
+        },
+    )
+    .await
+    else {
+        return;
+    };
     let hog = Exec::new([
         "python3",
         "-c",
@@ -107,16 +129,17 @@ async fn a_memory_hog_fails_under_the_address_space_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_process_limit_holds_only_for_an_unprivileged_engine() {
-    let Some(sb) = rlimited(600).await else {
-        return;
-    };
-    let id = sb
-        .create(&spec(Limits {
+    let Some((sb, id)) = rlimited_box(
+        600,
+        Limits {
             pids: Some(32),
             ..Limits::none()
-        }))
-        .await
-        .expect("create");
+        },
+    )
+    .await
+    else {
+        return;
+    };
     // A bounded "bomb": 100 background sleepers (never an unbounded fork
     // bomb: under root nothing would stop it). One of them in a session of
     // its own, as a daemon would.
@@ -150,30 +173,28 @@ async fn the_process_limit_holds_only_for_an_unprivileged_engine() {
     // Nothing outlives the command, the setsid'd one included: the box's
     // pid namespace dies with its init when the command ends. (bwrap may
     // report the exit while the kernel is still killing the rest: wait.)
-    let mut left = host_processes_with(&marker);
-    for _ in 0..3000 {
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        left = host_processes_with(&marker);
-    }
-    assert_eq!(left, 0, "left behind after a minute");
+    let gone = eventually(|| async { host_processes_with(&marker) == 0 }).await;
+    assert!(
+        gone,
+        "{} left behind after a minute",
+        host_processes_with(&marker)
+    );
     sb.kill(&id).await.expect("kill");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_hog_dies_at_its_cpu_seconds() {
-    let Some(sb) = rlimited(2).await else {
-        return;
-    };
-    let id = sb
-        .create(&spec(Limits {
+    let Some((sb, id)) = rlimited_box(
+        2,
+        Limits {
             cpus: Some(1.0),
             ..Limits::none()
-        }))
-        .await
-        .expect("create");
+        },
+    )
+    .await
+    else {
+        return;
+    };
     let hog = Exec::shell("python3 -c 'while True: pass'; echo \"status $?\"")
         .timeout(Duration::from_secs(300));
     let out = sb.exec(&id, &hog).await.expect("exec");
@@ -185,17 +206,9 @@ async fn a_cpu_hog_dies_at_its_cpu_seconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_box_stops_every_process_and_can_still_be_killed() {
-    let Some(sb) = rlimited(600).await else {
+    let Some((sb, id)) = rlimited_box(600, PAUSABLE).await else {
         return;
     };
-    let id = sb
-        .create(&spec(Limits {
-            memory_mb: Some(256),
-            pids: Some(64),
-            cpus: Some(1.0),
-        }))
-        .await
-        .expect("create");
     // A run whose children keep forking: all of them must stop.
     let run = sb
         .start(
@@ -205,12 +218,9 @@ async fn a_paused_box_stops_every_process_and_can_still_be_killed() {
         .await
         .expect("start");
     // Wait until it is really going.
-    for _ in 0..3000 {
-        if sb.read_file(&id, "ticks").await.is_ok_and(|t| t.len() > 10) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let going =
+        eventually(|| async { sb.read_file(&id, "ticks").await.is_ok_and(|t| t.len() > 10) }).await;
+    assert!(going, "the run never got going");
     sb.pause(&id).await.expect("pause");
     let before = sb.read_file(&id, "ticks").await.expect("ticks").len();
     // Slowness can only make this pass: a stopped box writes nothing.
@@ -219,14 +229,9 @@ async fn a_paused_box_stops_every_process_and_can_still_be_killed() {
     assert_eq!(before, after, "a paused box kept writing");
     assert_eq!(sb.poll(&id, &run).await.expect("poll"), RunState::Running);
     sb.resume(&id).await.expect("resume");
-    let mut grew = false;
-    for _ in 0..3000 {
-        if sb.read_file(&id, "ticks").await.expect("ticks").len() > after {
-            grew = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let grew =
+        eventually(|| async { sb.read_file(&id, "ticks").await.expect("ticks").len() > after })
+            .await;
     assert!(grew, "the resumed box did not go on");
     // Paused again, then killed: SIGKILL ends stopped processes too.
     sb.pause(&id).await.expect("pause again");
@@ -240,17 +245,9 @@ async fn a_paused_box_stops_every_process_and_can_still_be_killed() {
 /// the moment is narrow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_right_after_start_stops_what_is_still_being_forked() {
-    let Some(sb) = rlimited(600).await else {
+    let Some((sb, id)) = rlimited_box(600, PAUSABLE).await else {
         return;
     };
-    let id = sb
-        .create(&spec(Limits {
-            memory_mb: Some(256),
-            pids: Some(64),
-            cpus: Some(1.0),
-        }))
-        .await
-        .expect("create");
     for round in 0..30 {
         let flag = format!("go{round}");
         let run = sb
@@ -273,16 +270,15 @@ async fn a_pause_right_after_start_stops_what_is_still_being_forked() {
             "round {round}: the paused run moved on"
         );
         sb.resume(&id).await.expect("resume");
-        let mut done = false;
-        for _ in 0..3000 {
-            if let RunState::Exited { code } = sb.poll(&id, &run).await.expect("poll") {
-                assert_eq!(code, 0, "round {round}");
-                done = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let done =
+            eventually(|| async { sb.poll(&id, &run).await.expect("poll") != RunState::Running })
+                .await;
         assert!(done, "round {round}: the resumed run did not finish");
+        assert_eq!(
+            sb.poll(&id, &run).await.expect("poll"),
+            RunState::Exited { code: 0 },
+            "round {round}"
+        );
     }
     sb.kill(&id).await.expect("kill");
 }

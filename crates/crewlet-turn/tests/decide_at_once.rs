@@ -3,50 +3,22 @@
 //! Execute is unchanged. A provider that does not gets the read-only tools
 //! and free choice first.
 
+mod common;
+
 use std::sync::Arc;
 
 use crewlet_llm::{
-    Completion, CompletionRequest, LlmRegistry, ScriptedProvider, ToolCall, ToolChoice, Usage,
+    Completion, CompletionRequest, LlmRegistry, ScriptedProvider, ToolChoice, Usage,
 };
 use crewlet_store::MemoryTokenLedger;
 use crewlet_turn::{
-    CompanyProfile, MemoryEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext, ToolError,
-    ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
+    CompanyProfile, MemoryEventSink, SeatProfile, ToolRegistry, Trigger, TurnDecision, TurnEngine,
+    Visibility,
 };
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::json;
 
-struct Lookup;
-
-#[async_trait::async_trait]
-impl Tool for Lookup {
-    fn name(&self) -> &str {
-        "lookup"
-    }
-    fn description(&self) -> &str {
-        "Looks a fact up in the company wiki."
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"q": {"type": "string"}}})
-    }
-    fn annotations(&self) -> ToolAnnotations {
-        ToolAnnotations::read_only()
-    }
-    async fn invoke(&self, _: &ToolContext, _: Value) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("wiki says: 42"))
-    }
-}
-
-fn call(name: &str, args: Value) -> Completion {
-    Completion {
-        tool_calls: vec![ToolCall {
-            id: format!("call_{name}"),
-            name: name.to_owned(),
-            arguments: args.to_string(),
-        }],
-        ..Completion::default()
-    }
-}
+use crate::common::{Lookup, call};
 
 /// Plan (one lookup step) -> Execute: a lookup, then the answer -> Review
 /// done. Every request is kept.
@@ -99,7 +71,7 @@ async fn turn(at_once: bool) -> Vec<CompletionRequest> {
     llm.insert(Arc::new(provider));
     let tools = Arc::new(ToolRegistry::new());
     tools
-        .register(Arc::new(Lookup), Visibility::All)
+        .register(Arc::new(Lookup::default()), Visibility::All)
         .unwrap_or_else(|e| panic!("register: {e}"));
     let engine = TurnEngine::new(
         CompanyProfile {

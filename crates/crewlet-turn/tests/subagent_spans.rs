@@ -2,57 +2,27 @@
 //! a child of the `tool spawn_subagent` span inside the Execute phase, its
 //! completions and tool calls nest under it, and its events carry its span.
 
+mod common;
+
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use crewlet_core::{Event, EventType};
 use crewlet_llm::{
-    Completion, CompletionRequest, LlmError, LlmRegistry, Message, ScriptedProvider, ToolCall,
-    Usage,
+    Completion, CompletionRequest, LlmError, LlmRegistry, Message, ScriptedProvider, Usage,
 };
 use crewlet_store::MemoryTokenLedger;
 use crewlet_telemetry::TelemetryOptions;
 use crewlet_turn::{
-    CompanyProfile, MemoryEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext, ToolError,
-    ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
+    CompanyProfile, MemoryEventSink, SeatProfile, ToolRegistry, Trigger, TurnDecision, TurnEngine,
+    Visibility,
 };
 use opentelemetry::trace::{SpanId as OtelSpanId, TraceId as OtelTraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
-use serde_json::{Value, json};
+use serde_json::json;
+
+use crate::common::{Lookup, call};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-struct Lookup;
-
-#[async_trait]
-impl Tool for Lookup {
-    fn name(&self) -> &str {
-        "lookup"
-    }
-    fn description(&self) -> &str {
-        "Looks a fact up in the company wiki."
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn annotations(&self) -> ToolAnnotations {
-        ToolAnnotations::read_only()
-    }
-    async fn invoke(&self, _: &ToolContext, _: Value) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("wiki says: 42"))
-    }
-}
-
-fn call(name: &str, args: Value) -> Completion {
-    Completion {
-        tool_calls: vec![ToolCall {
-            id: format!("call_{name}"),
-            name: name.to_owned(),
-            arguments: args.to_string(),
-        }],
-        ..Completion::default()
-    }
-}
 
 fn text(t: &str) -> Completion {
     Completion {
@@ -87,7 +57,7 @@ fn scripted(request: &CompletionRequest) -> Result<Completion, LlmError> {
     } else if child && after_tool {
         text("42")
     } else if child {
-        call("lookup", json!({}))
+        call("lookup", json!({"q": "answer"}))
     } else if after_tool {
         text("The answer is 42")
     } else {
@@ -128,7 +98,7 @@ async fn a_sub_agent_is_a_child_span_of_its_spawn_call() -> TestResult {
             .with_span_exporter(exporter.clone()),
     )?;
     let tools = Arc::new(ToolRegistry::new());
-    tools.register(Arc::new(Lookup), Visibility::All)?;
+    tools.register(Arc::new(Lookup::default()), Visibility::All)?;
     for tool in crewlet_turn::subagent::spawn_tools() {
         tools.register(tool, Visibility::All)?;
     }

@@ -2,63 +2,30 @@
 //! the spans it exports form one tree under the trigger's span, and the ids
 //! on the turn's events are ids of spans in that tree.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use crewlet_core::{Event, EventType, TraceContext};
 use crewlet_llm::{
-    Completion, CompletionRequest, LlmError, LlmRegistry, Message, ScriptedProvider, ToolCall,
-    Usage,
+    Completion, CompletionRequest, LlmError, LlmRegistry, Message, ScriptedProvider, Usage,
 };
 use crewlet_store::MemoryTokenLedger;
 use crewlet_telemetry::{TelemetryGuard, TelemetryOptions, span_from_event};
 use crewlet_turn::{
-    CompanyProfile, MemoryEventSink, SeatProfile, Tool, ToolAnnotations, ToolContext, ToolError,
-    ToolOutput, ToolRegistry, Trigger, TurnDecision, TurnEngine, Visibility,
+    CompanyProfile, MemoryEventSink, SeatProfile, ToolRegistry, Trigger, TurnDecision, TurnEngine,
+    Visibility,
 };
 use opentelemetry::trace::SpanId as OtelSpanId;
 use opentelemetry::{KeyValue, Value as OtelValue};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
-use serde_json::{Value, json};
+use serde_json::json;
+
+use crate::common::{Lookup, call};
 use tracing::{Dispatch, Instrument};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-struct Lookup;
-
-#[async_trait]
-impl Tool for Lookup {
-    fn name(&self) -> &str {
-        "lookup"
-    }
-    fn description(&self) -> &str {
-        "Looks a fact up in the company wiki."
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"q": {"type": "string"}}})
-    }
-    fn annotations(&self) -> ToolAnnotations {
-        ToolAnnotations::read_only()
-    }
-    async fn invoke(&self, _: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        if args.get("q").and_then(Value::as_str) == Some("secret") {
-            return Err(ToolError::Failed("not allowed to look that up".into()));
-        }
-        Ok(ToolOutput::text("wiki says: 42"))
-    }
-}
-
-fn call(name: &str, args: Value) -> Completion {
-    Completion {
-        tool_calls: vec![ToolCall {
-            id: format!("call_{name}"),
-            name: name.to_owned(),
-            arguments: args.to_string(),
-        }],
-        ..Completion::default()
-    }
-}
 
 /// Plan -> Execute: two lookups (one fails) then the answer -> Review done.
 /// Five completions of 100 in / 10 out each.
@@ -104,7 +71,7 @@ fn scripted(request: &CompletionRequest) -> Result<Completion, LlmError> {
 
 fn engine() -> Result<(TurnEngine, Arc<MemoryEventSink>), Box<dyn std::error::Error>> {
     let tools = Arc::new(ToolRegistry::new());
-    tools.register(Arc::new(Lookup), Visibility::All)?;
+    tools.register(Arc::new(Lookup::default()), Visibility::All)?;
     let mut llm = LlmRegistry::new();
     llm.insert(Arc::new(ScriptedProvider::new(
         "main",

@@ -1,7 +1,9 @@
 //! Whole turns against the fake model server, over real HTTP.
 
+mod common;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,51 +23,13 @@ use crewlet_turn::{
 };
 use serde_json::{Value, json};
 
+use crate::common::Lookup;
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const COMPANY: &str = "Nimbus";
 
 // ---------------------------------------------------------------- tools
-
-/// A read-only lookup that records its calls.
-#[derive(Default)]
-struct Lookup {
-    calls: Mutex<Vec<(String, Value)>>,
-    answer: Option<String>,
-}
-
-impl Lookup {
-    fn calls(&self) -> Vec<(String, Value)> {
-        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
-    }
-}
-
-#[async_trait]
-impl Tool for Lookup {
-    fn name(&self) -> &str {
-        "lookup"
-    }
-    fn description(&self) -> &str {
-        "Looks a fact up in the company wiki. Returns the matching paragraph, with its source link and edit history."
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})
-    }
-    fn annotations(&self) -> ToolAnnotations {
-        ToolAnnotations::read_only()
-    }
-    async fn invoke(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.push((ctx.agent_handle.clone(), args.clone()));
-        }
-        let q = args.get("q").and_then(Value::as_str).unwrap_or("?");
-        Ok(ToolOutput::text(
-            self.answer
-                .clone()
-                .unwrap_or_else(|| format!("wiki says: {q} = 42")),
-        ))
-    }
-}
 
 /// A read-only tool that waits for a second concurrent call before answering.
 struct Rendezvous(tokio::sync::Barrier);
@@ -232,10 +196,7 @@ fn harness_with(
     let sink = Arc::new(MemoryEventSink::new());
     let ledger = Arc::new(CountingLedger::default());
     let tools = Arc::new(ToolRegistry::new());
-    let lookup = Arc::new(Lookup {
-        answer: setup.lookup_answer,
-        ..Lookup::default()
-    });
+    let lookup = Arc::new(Lookup::answering(setup.lookup_answer));
     tools.register(lookup.clone(), Visibility::All)?;
     tools.register(Arc::new(Explode), Visibility::roles(["eng"]))?;
     let company = CompanyProfile {

@@ -13,13 +13,13 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use super::{cargo_build_release, release_binary};
-use crate::http;
+use crate::engine_process::{EngineProcess, free_port};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -125,11 +125,6 @@ fn company_yaml(seats: usize) -> String {
     y
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("no free port")?;
-    Ok(l.local_addr()?.port())
-}
-
 /// `(VmRSS, VmHWM)` of `pid` in KiB.
 fn memory(pid: u32) -> Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("cannot read /proc/PID/status")?;
@@ -143,23 +138,6 @@ fn memory(pid: u32) -> Result<(u64, u64)> {
     match (field("VmRSS:"), field("VmHWM:")) {
         (Some(rss), Some(hwm)) => Ok((rss, hwm)),
         _ => bail!("no VmRSS/VmHWM in /proc/{pid}/status"),
-    }
-}
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -180,28 +158,12 @@ fn measure(binary: &Path, dir: &Path, company: &Path, args: &Args) -> Result<Sam
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
-    let mut running = Running(child);
-    let host = format!("127.0.0.1:{port}");
-    let deadline = started + Duration::from_secs(args.timeout_s);
-    let boot = loop {
-        if let Ok(r) = http::get(&host, "/ready", Duration::from_millis(500))
-            && r.status == 200
-        {
-            break started.elapsed();
-        }
-        if let Ok(Some(status)) = running.0.try_wait() {
-            bail!(
-                "crewlet run exited with {status} before /ready:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        if Instant::now() > deadline {
-            bail!("/ready did not answer 200 within {} s", args.timeout_s);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let mut running = EngineProcess::new(child);
+    // Polled every 5 ms: the boot time is the figure.
+    running.wait_ready(port, &log, Duration::from_secs(args.timeout_s), Duration::from_millis(5))?;
+    let boot = started.elapsed();
     std::thread::sleep(Duration::from_millis(args.idle_ms));
-    let (rss_kib, hwm_kib) = memory(running.0.id())?;
+    let (rss_kib, hwm_kib) = memory(running.pid())?;
     drop(running);
     Ok(Sample { boot, rss_kib, hwm_kib })
 }

@@ -4,14 +4,14 @@
 //! --wait` timed from the post to the printed outcome. Each turn after the
 //! first finds the seat's company and seat prompt cached.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use crate::bench::{cargo_build_release, release_binary};
-use crate::{http, workspace_root};
+use crate::engine_process::{EngineProcess, free_port};
+use crate::workspace_root;
 
 /// The README's task.
 const TASK: &str = "Ask the CTO to write a short status update on the product.";
@@ -23,25 +23,6 @@ pub struct Turn {
     pub outcome: String,
 }
 
-struct Engine(Child);
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs `turns` quickstart turns one after another on one engine.
 pub fn quickstart_turns(turns: usize) -> Result<Vec<Turn>> {
     cargo_build_release("crewlet")?;
@@ -50,10 +31,7 @@ pub fn quickstart_turns(turns: usize) -> Result<Vec<Turn>> {
     let config = root.join("examples/quickstart/config.yaml");
     let dir = std::env::temp_dir().join(format!("crewlet-bench-turn-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("no free port")?
-        .port();
+    let port = free_port()?;
     let env = |c: &mut Command| {
         // A new user's shell: no key; the models where `crewlet models`
         // keeps them; the operator token file under this run's own HOME.
@@ -75,8 +53,8 @@ pub fn quickstart_turns(turns: usize) -> Result<Vec<Turn>> {
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
-    let mut engine = Engine(child);
-    wait_ready(&mut engine, port, &log)?;
+    let mut engine = EngineProcess::new(child);
+    engine.wait_ready(port, &log, Duration::from_secs(300), Duration::from_millis(200))?;
     let mut out = Vec::new();
     for n in 1..=turns {
         let mut send = Command::new(&binary);
@@ -111,26 +89,4 @@ pub fn quickstart_turns(turns: usize) -> Result<Vec<Turn>> {
     drop(engine);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
-}
-
-fn wait_ready(engine: &mut Engine, port: u16, log: &Path) -> Result<()> {
-    let host = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        if let Ok(r) = http::get(&host, "/ready", Duration::from_millis(500))
-            && r.status == 200
-        {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = engine.0.try_wait() {
-            bail!(
-                "crewlet run exited with {status} before /ready:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        if Instant::now() > deadline {
-            bail!("/ready did not answer 200 within 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
