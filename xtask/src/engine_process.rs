@@ -3,7 +3,7 @@
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -29,8 +29,18 @@ pub struct EngineProcess {
 }
 
 impl EngineProcess {
-    pub fn new(child: Child) -> Self {
-        Self { child }
+    /// Starts `command` (a `crewlet run ...`) with no stdin and its stdout
+    /// and stderr in `log` (created afresh).
+    pub fn spawn(mut command: Command, log: &Path) -> Result<Self> {
+        let file = std::fs::File::create(log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().context("cannot share the engine's log")?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("cannot start {:?}", command.get_program()))?;
+        Ok(Self { child })
     }
 
     pub fn pid(&self) -> u32 {

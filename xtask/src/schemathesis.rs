@@ -51,8 +51,6 @@ pub fn run() -> Result<()> {
     );
     let dir = root.join("xtask").join("schemathesis");
     let log = cache.join("server.log");
-    let log_file =
-        std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut server = Command::new(&crewlet);
     server
         .current_dir(&root)
@@ -62,23 +60,13 @@ pub fn run() -> Result<()> {
         .arg(dir.join("company.yaml"))
         .args(["--api-port", &port.to_string()])
         .env("CREWLET_SCHEMATHESIS_TOKEN", &token)
-        .env_remove("OPENAI_API_KEY")
-        .stdin(Stdio::null())
-        .stdout(
-            log_file
-                .try_clone()
-                .context("cannot share the server log")?,
-        )
-        .stderr(log_file);
+        .env_remove("OPENAI_API_KEY");
     println!(
         "    server: {} (log {})",
         cmd::describe(&server),
         log.display()
     );
-    let child = server
-        .spawn()
-        .with_context(|| format!("cannot start {}", crewlet.display()))?;
-    let mut server = EngineProcess::new(child);
+    let mut server = EngineProcess::spawn(server, &log)?;
     let took = server.wait_ready(port, &log, READY_WITHIN, Duration::from_millis(200))?;
     println!(
         "    server ready on 127.0.0.1:{port} in {:.1} s",

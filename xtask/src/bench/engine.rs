@@ -13,7 +13,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -144,21 +144,16 @@ fn memory(pid: u32) -> Result<(u64, u64)> {
 fn measure(binary: &Path, dir: &Path, company: &Path, args: &Args) -> Result<Sample> {
     let port = free_port()?;
     let log: PathBuf = dir.join("engine.log");
-    let stderr = std::fs::File::create(&log).context("cannot create the log file")?;
     let started = Instant::now();
-    let child = Command::new(binary)
+    let mut engine = Command::new(binary);
+    engine
         .arg("run")
         .arg("--import-company")
         .arg(company)
         .args(["--api-port", &port.to_string()])
         .current_dir(dir)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("cannot start {}", binary.display()))?;
-    let mut running = EngineProcess::new(child);
+        .env("RUST_LOG", "warn");
+    let mut running = EngineProcess::spawn(engine, &log)?;
     // Polled every 5 ms: the boot time is the figure.
     running.wait_ready(port, &log, Duration::from_secs(args.timeout_s), Duration::from_millis(5))?;
     let boot = started.elapsed();

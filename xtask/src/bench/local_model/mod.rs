@@ -215,21 +215,30 @@ fn report(figures: &Value, args: &Args) {
         "| figure (median, best run) | crewlet (candle, in process) | llama-server | llama-server / ours | target | verdict |"
     );
     println!("|---|---:|---:|---:|---|---|");
-    let (r, verdict) = ratio(&ours["prompt_tokens_per_s"], &server["prompt_tokens_per_s"]);
-    println!(
-        "| prompt tokens/s ({} tokens, cold; server: {}) | {} | {} | {r} | within {RATIO_TARGET}x | {verdict} |",
-        ours["prompt_tokens"],
-        server["prompt_tokens"],
-        summary(&ours["prompt_tokens_per_s"], 0, ""),
-        summary(&server["prompt_tokens_per_s"], 0, ""),
+    // A tokens/s row: ours, the server's, their ratio against the target.
+    let speed_row = |label: String, key: &str, decimals: usize| {
+        let (r, verdict) = ratio(&ours[key], &server[key]);
+        println!(
+            "| {label} | {} | {} | {r} | within {RATIO_TARGET}x | {verdict} |",
+            summary(&ours[key], decimals, ""),
+            summary(&server[key], decimals, ""),
+        );
+    };
+    speed_row(
+        format!(
+            "prompt tokens/s ({} tokens, cold; server: {})",
+            ours["prompt_tokens"], server["prompt_tokens"]
+        ),
+        "prompt_tokens_per_s",
+        0,
     );
-    let (r, verdict) = ratio(&ours["gen_tokens_per_s"], &server["gen_tokens_per_s"]);
-    println!(
-        "| generated tokens/s ({} tokens; server: {}) | {} | {} | {r} | within {RATIO_TARGET}x | {verdict} |",
-        ours["gen_tokens"],
-        server["gen_tokens"],
-        summary(&ours["gen_tokens_per_s"], 1, ""),
-        summary(&server["gen_tokens_per_s"], 1, ""),
+    speed_row(
+        format!(
+            "generated tokens/s ({} tokens; server: {})",
+            ours["gen_tokens"], server["gen_tokens"]
+        ),
+        "gen_tokens_per_s",
+        1,
     );
     println!(
         "| time to first token, {} tokens (server: the whole HTTP request, n_predict 1) | {} | {} | - | - | - |",

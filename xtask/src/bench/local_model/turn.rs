@@ -43,17 +43,10 @@ pub fn quickstart_turns(turns: usize) -> Result<Vec<Turn>> {
             .current_dir(&dir);
     };
     let log = dir.join("engine.log");
-    let stderr = std::fs::File::create(&log).context("cannot create the engine's log")?;
     let mut run = Command::new(&binary);
     run.arg("run").arg(&config).arg("--offline");
     env(&mut run);
-    let child = run
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("cannot start {}", binary.display()))?;
-    let mut engine = EngineProcess::new(child);
+    let mut engine = EngineProcess::spawn(run, &log)?;
     engine.wait_ready(port, &log, Duration::from_secs(300), Duration::from_millis(200))?;
     let mut out = Vec::new();
     for n in 1..=turns {
